@@ -1,0 +1,9 @@
+"""The base model every Temporal payload derives from."""
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Frozen(BaseModel):
+    """Immutable, strict about unknown fields: what crosses a Temporal boundary must not drift silently."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")

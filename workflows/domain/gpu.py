@@ -1,0 +1,72 @@
+"""GPU health records shared by the node-side NVML source and the central DCGM-exporter source."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from workflows.domain.base import Frozen
+
+
+class GpuSample(Frozen):
+    """One GPU's health fields at one moment. ``None`` means unknown; ``unsupported`` names fields the driver lacks."""
+
+    host: str
+    index: int
+    uuid: str = ""
+    pci_bus_id: str = ""
+    name: str = ""
+    lost: bool = False
+    temperature_c: int | None = None
+    utilization_gpu_pct: int | None = None
+    utilization_mem_pct: int | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    power_mw: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_volatile: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    ecc_corrected_aggregate: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    clocks_event_reasons: int | None = None
+    pcie_replay_count: int | None = None
+    unsupported: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    """Fields whose read failed for another reason, as ``field: error``."""
+
+
+class GpuEventKind(StrEnum):
+    """What happened to a GPU."""
+
+    XID = "xid"
+    ECC_DBE = "ecc_dbe"
+    GPU_LOST = "gpu_lost"
+    GPU_MISSING = "gpu_missing"
+    SOURCE_DOWN = "source_down"
+
+
+class GpuEvent(Frozen):
+    """A discrete GPU fault, as reported by NVML's event API or derived from a DCGM-exporter scrape."""
+
+    kind: GpuEventKind
+    host: str
+    index: int | None = None
+    uuid: str = ""
+    pci_bus_id: str = ""
+    xid: int | None = None
+    source: str = ""
+    observed_at: datetime | None = None
+
+
+class GpuHealthReport(Frozen):
+    """What a node agent returns for one read: every GPU's sample plus the events seen since the cursor."""
+
+    host: str
+    driver_version: str = ""
+    samples: tuple[GpuSample, ...] = ()
+    events: tuple[GpuEvent, ...] = ()
+    error: str = ""
+    """Set when NVML itself could not be read (no driver, library missing): the report is then empty but valid."""

@@ -1,0 +1,159 @@
+"""What Rebound knows about a Slurm cluster: jobs, nodes and snapshots of both.
+
+These models are scheduler-neutral in shape (a later Kubernetes port fills the same fields) but keep Slurm's
+vocabulary, since Slurm is the first and main scheduler. Adapters in ``activities.slurm`` build them from
+``squeue --json``/``sinfo --json``, slurmrestd or pyslurm; nothing downstream sees raw scheduler output.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from workflows.domain.base import Frozen
+
+
+class JobState(StrEnum):
+    """Base job states as Slurm names them (``job_state`` in ``squeue --json``)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    REQUEUED = "REQUEUED"
+    RESIZING = "RESIZING"
+    REVOKED = "REVOKED"
+    SPECIAL_EXIT = "SPECIAL_EXIT"
+    UNKNOWN = "UNKNOWN"
+
+    def is_terminal(self) -> bool:
+        """True when the job will never run again without an outside action (requeue or resubmission)."""
+        return self in _TERMINAL_JOB_STATES
+
+    def is_active(self) -> bool:
+        """True while the job holds, or waits for, an allocation."""
+        return self in (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING)
+
+    def is_failure(self) -> bool:
+        """True for terminal states that mean the job did not finish by itself."""
+        return self.is_terminal() and self not in (JobState.COMPLETED, JobState.CANCELLED)
+
+
+_TERMINAL_JOB_STATES = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.CANCELLED,
+        JobState.FAILED,
+        JobState.TIMEOUT,
+        JobState.NODE_FAIL,
+        JobState.PREEMPTED,
+        JobState.BOOT_FAIL,
+        JobState.DEADLINE,
+        JobState.OUT_OF_MEMORY,
+        JobState.REVOKED,
+        JobState.SPECIAL_EXIT,
+    }
+)
+
+
+class NodeBaseState(StrEnum):
+    """A node's base state (``state`` in ``sinfo --json``, lower-case there)."""
+
+    IDLE = "idle"
+    MIXED = "mixed"
+    ALLOCATED = "allocated"
+    DOWN = "down"
+    ERROR = "error"
+    FUTURE = "future"
+    UNKNOWN = "unknown"
+
+
+class SlurmJob(Frozen):
+    """One job as the scheduler sees it right now."""
+
+    job_id: int
+    name: str = ""
+    user: str = ""
+    partition: str = ""
+    state: JobState
+    state_reason: str = ""
+    nodes: tuple[str, ...] = ()
+    """Allocated nodes, expanded from Slurm's hostlist (``n[1-2]`` -> ``("n1", "n2")``)."""
+    batch_host: str = ""
+    restart_count: int = 0
+    requeue_allowed: bool = False
+    excluded_nodes: tuple[str, ...] = ()
+    required_nodes: tuple[str, ...] = ()
+    node_count: int = 0
+    task_count: int = 0
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    comment: str = ""
+    standard_output: str = ""
+    standard_error: str = ""
+    working_directory: str = ""
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    tres_per_node: str = ""
+
+
+class SlurmNode(Frozen):
+    """One node as the scheduler sees it right now."""
+
+    name: str
+    state: NodeBaseState
+    flags: tuple[str, ...] = ()
+    """Upper-case state flags, e.g. ``DRAIN``, ``NOT_RESPONDING``, ``COMPLETING``."""
+    reason: str = ""
+    reason_set_by_user: str = ""
+    reason_changed_at: datetime | None = None
+    partitions: tuple[str, ...] = ()
+    gres: str = ""
+    gres_used: str = ""
+    cpus: int = 0
+    alloc_cpus: int = 0
+
+    @property
+    def is_drained(self) -> bool:
+        """Drain requested (the node may still be finishing work: Slurm shows ``drng`` then)."""
+        return "DRAIN" in self.flags
+
+    @property
+    def is_responding(self) -> bool:
+        """False when slurmctld has lost contact with the node's slurmd."""
+        return "NOT_RESPONDING" not in self.flags
+
+    @property
+    def is_usable(self) -> bool:
+        """True when new work could be placed on the node."""
+        return (
+            self.state in (NodeBaseState.IDLE, NodeBaseState.MIXED, NodeBaseState.ALLOCATED)
+            and not self.is_drained
+            and self.is_responding
+        )
+
+
+class ClusterSnapshot(Frozen):
+    """All jobs and nodes, observed at one moment. One snapshot serves every job a worker watches."""
+
+    observed_at: datetime
+    jobs: tuple[SlurmJob, ...] = ()
+    nodes: tuple[SlurmNode, ...] = ()
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        """The job with this id, or None when the scheduler no longer (or not yet) lists it."""
+        return next((j for j in self.jobs if j.job_id == job_id), None)
+
+    def node(self, name: str) -> SlurmNode | None:
+        """The node with this name, or None when it is not part of the cluster."""
+        return next((n for n in self.nodes if n.name == name), None)
