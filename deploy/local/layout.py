@@ -1,16 +1,16 @@
 """Where everything of one lab lives under its state directory. Pure paths: no I/O here.
 
-    $STATE/etc/        slurm.conf, gres.conf, jwt_hs256.key
-    $STATE/munge/      munge key, socket, log
-    $STATE/dev/        fake GPU character devices nvidia0..N
-    $STATE/state/      slurmctld state, slurmd spools (one per node)
-    $STATE/run/        pid files of everything `up` started, slurmrestd socket
-    $STATE/log/        every daemon's log
-    $STATE/temporal/   the dev server's SQLite file
-    $STATE/nvml/       fake NVML state file per node; lib/ holds the compiled fake library
-    $STATE/runs/<run>/ demo training runs: logs/, checkpoints/, control/ (fault files), ranks/ (pid files)
-    $STATE/injections.jsonl   every injected fault with its true onset time
-    $STATE/lab.env     shell exports for using the lab's Slurm and Temporal by hand
+$STATE/etc/        slurm.conf, gres.conf, jwt_hs256.key
+$STATE/munge/      munge key, socket, log
+$STATE/dev/        fake GPU character devices nvidia0..N
+$STATE/state/      slurmctld state, slurmd spools (one per node)
+$STATE/run/        pid files of everything `up` started, slurmrestd socket
+$STATE/log/        every daemon's log
+$STATE/temporal/   the dev server's SQLite file
+$STATE/nvml/       fake NVML state file per node; lib/ holds the compiled fake library
+$STATE/runs/<run>/ demo training runs: logs/, checkpoints/, control/ (fault files), ranks/ (pid files)
+$STATE/injections.jsonl   every injected fault with its true onset time
+$STATE/lab.env     shell exports for using the lab's Slurm and Temporal by hand
 """
 
 from __future__ import annotations

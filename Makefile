@@ -1,0 +1,52 @@
+# Rebound: the two commands a newcomer needs are `make demo` and `make test` (see README.md).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+TEST_STATE := $(CURDIR)/.rebound-lab-test
+
+.PHONY: install demo up down status test lint typecheck unit e2e clean
+
+# System packages (Slurm, munge, gcc) + a virtualenv with Rebound and its dev/demo extras.
+$(STAMP): pyproject.toml
+	bash deploy/local/install-system.sh
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,demo]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The main job: bring the lab up, submit the demo training job, show it training, point at the UI.
+demo: install
+	$(BIN)/rebound lab demo
+
+up: install
+	$(BIN)/rebound lab up
+
+down:
+	$(BIN)/rebound lab down
+	-REBOUND_LAB_STATE_DIR=$(TEST_STATE) $(BIN)/rebound lab down
+
+status:
+	$(BIN)/rebound lab status
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+## Everything: lint, types, unit tests and end-to-end tests on a real lab (started by the test session).
+test: install lint typecheck
+	$(BIN)/pytest -q -p no:cacheprovider
+
+unit: install
+	$(BIN)/pytest -q -m "not lab"
+
+e2e: install
+	$(BIN)/pytest -q -m lab
+
+clean: down
+	rm -rf .rebound-lab .rebound-lab-test .mypy_cache .ruff_cache .pytest_cache

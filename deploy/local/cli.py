@@ -1,0 +1,122 @@
+"""``rebound lab ...``: bring the local stack up and down, submit the demo job, inject faults."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from deploy.local.config import LabConfig
+from deploy.local.lab import Lab, format_status
+from deploy.local.processes import LabError
+
+
+def add_lab_parser(sub: Any) -> None:
+    lab = sub.add_parser("lab", help="the local lab: Temporal dev server, Slurm cluster with fake GPUs, agents")
+    lab.add_argument("--state-dir", type=Path, help="lab state directory (default ./.rebound-lab)")
+    cmds = lab.add_subparsers(dest="lab_command", required=True, metavar="LAB_COMMAND")
+    cmds.add_parser("up", help="start everything that is not running (idempotent)")
+    down = cmds.add_parser("down", help="stop what `up` started (state is kept)")
+    down.add_argument("--keep-jobs", action="store_true", help="do not cancel the lab's Slurm jobs")
+    st = cmds.add_parser("status", help="what runs, node states, where the UI is")
+    st.add_argument("--json", action="store_true")
+    cmds.add_parser("token", help="print a Slurm JWT for slurmrestd over TCP")
+    cmds.add_parser("env", help='print shell exports for this lab (eval "$(rebound lab env)")')
+
+    demo = cmds.add_parser("submit-demo", help="submit the demo torch.distributed training job")
+    demo.add_argument("--run", default=None, help="run name (default demo-<timestamp>)")
+    demo.add_argument("--nodes", type=int, default=2)
+    demo.add_argument("--tasks-per-node", type=int, default=2)
+    demo.add_argument("--steps", type=int, default=100000)
+    demo.add_argument("--checkpoint-every", type=int, default=20)
+
+    inj = cmds.add_parser("inject", help="break a demo run for real (records the fault's true onset time)")
+    inj.add_argument("kind", choices=["crash", "segv", "hang", "slow", "gpu-fault", "user-bug", "node-crash"])
+    inj.add_argument("--run", help="demo run name (every kind but node-crash)")
+    inj.add_argument("--rank", default="0", help="target rank (user-bug also takes 'all')")
+    inj.add_argument("--node", help="target node (node-crash)")
+    inj.add_argument("--delay", type=float, default=1.0, help="slow: extra seconds per step")
+    inj.add_argument("--xid", type=int, default=79, help="gpu-fault: the XID to raise")
+    inj.add_argument("--gpu", type=int, default=None, help="gpu-fault: GPU index (default: the rank's GPU)")
+
+
+def lab_config(args: argparse.Namespace) -> LabConfig:
+    overrides: dict[str, Any] = {}
+    if args.state_dir is not None:
+        overrides["state_dir"] = args.state_dir
+    return LabConfig(**overrides)
+
+
+def run_lab_command(args: argparse.Namespace) -> int:
+    """Dispatch ``rebound lab <command>``; lab errors become a message and exit code 1."""
+    try:
+        lab = Lab(lab_config(args))
+        return _dispatch(lab, args)
+    except LabError as e:
+        print(f"rebound lab: {e}", file=sys.stderr)
+        return 1
+
+
+def _dispatch(lab: Lab, args: argparse.Namespace) -> int:
+    cmd = args.lab_command
+    if cmd == "up":
+        took = lab.up()
+        print(format_status(lab.status()))
+        print(f"lab is up ({took:.1f} s). Use it from a shell with: source {lab.cfg.layout.env_file}")
+        return 0
+    if cmd == "down":
+        lab.down(keep_jobs=args.keep_jobs)
+        print("lab is down (state kept in", lab.cfg.state_dir, ")")
+        return 0
+    if cmd == "status":
+        st = lab.status()
+        if args.json:
+            print(json.dumps(st.model_dump(), indent=2))
+        else:
+            print(format_status(st))
+        return 0 if st.all_running else 1
+    if cmd == "token":
+        print(lab.slurm.token())
+        return 0
+    if cmd == "env":
+        lab.write_env_file()
+        print(lab.cfg.layout.env_file.read_text(), end="")
+        return 0
+    if cmd == "submit-demo":
+        from deploy.demo.submit import submit_demo
+
+        run = args.run or time.strftime("demo-%Y%m%d-%H%M%S")
+        job_id = submit_demo(
+            lab.cfg.layout,
+            run,
+            nodes=args.nodes,
+            tasks_per_node=args.tasks_per_node,
+            steps=args.steps,
+            checkpoint_every=args.checkpoint_every,
+            env=lab.slurm.env(),
+        )
+        print(json.dumps({"run": run, "job_id": job_id, "run_dir": str(lab.cfg.layout.run_dir(run))}))
+        return 0
+    if cmd == "inject":
+        return _inject(lab, args)
+    raise AssertionError(cmd)
+
+
+def _inject(lab: Lab, args: argparse.Namespace) -> int:
+    from deploy.demo import inject
+
+    record = inject.inject(
+        lab.cfg.layout,
+        kind=args.kind,
+        run=args.run,
+        rank=args.rank,
+        node=args.node,
+        delay_s=args.delay,
+        xid=args.xid,
+        gpu=args.gpu,
+    )
+    print(record.model_dump_json())
+    return 0

@@ -1,0 +1,146 @@
+"""Rebound's own processes in the lab: the central worker and one node agent per Slurm node."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from deploy.local.config import LabConfig
+from deploy.local.fake_nvml_state import write_initial_state
+from deploy.local.processes import LabError, kill_and_wait, read_owned_pid, run, spawn, wait_until
+from deploy.local.temporal_server import temporal_binary
+from workflows.constants import DEFAULT_TASK_QUEUE, node_task_queue
+
+
+class ReboundServices:
+    """Start/stop the worker and node agents; each is a `rebound` subcommand in its own session."""
+
+    def __init__(self, cfg: LabConfig) -> None:
+        self.cfg = cfg
+        self.lay = cfg.layout
+
+    def common_env(self) -> dict[str, str]:
+        """Settings every Rebound process of this lab gets (see workers/settings.py)."""
+        return dict(
+            os.environ,
+            REBOUND_CLUSTER_NAME=self.cfg.cluster_name,
+            REBOUND_STATE_DIR=str(self.lay.state_dir),
+            REBOUND_TEMPORAL__ADDRESS=self.cfg.temporal_address,
+            REBOUND_TEMPORAL__NAMESPACE=self.cfg.temporal_namespace,
+            REBOUND_SLURM__SLURM_CONF=str(self.lay.slurm_conf),
+            SLURM_CONF=str(self.lay.slurm_conf),
+        )
+
+    def agent_env(self, node: str) -> dict[str, str]:
+        """A node agent reads its own node's fake NVML: the library first on the loader path, its state file."""
+        lib_dir = str(self.lay.fake_nvml_lib_dir)
+        return dict(
+            self.common_env(),
+            REBOUND_NODE_AGENT__NODE_NAME=node,
+            LD_LIBRARY_PATH=f"{lib_dir}:{os.environ['LD_LIBRARY_PATH']}"
+            if os.environ.get("LD_LIBRARY_PATH")
+            else lib_dir,
+            FAKE_NVML_STATE=str(self.lay.nvml_state(node)),
+        )
+
+    def prepare_gpus(self) -> None:
+        """Build the fake NVML library and give every node a healthy state file (kept if it exists)."""
+        from deploy.local.fake_nvml import build_fake_nvml  # needs gcc and nvml.h: only when agents start
+
+        build_fake_nvml(self.lay.fake_nvml_lib_dir)
+        for node in self.cfg.node_names:
+            state = self.lay.nvml_state(node)
+            if not state.exists():
+                write_initial_state(state, node, self.cfg.gpus_per_node)
+
+    def reset_gpus(self, node: str) -> None:
+        """Give a node healthy GPUs again (after an injected GPU fault was repaired)."""
+        write_initial_state(self.lay.nvml_state(node), node, self.cfg.gpus_per_node)
+
+    def start(self) -> None:
+        rebound = [sys.executable, "-m", "workers.cli"]
+        if self.cfg.start_agents:
+            self.prepare_gpus()
+            for node in self.cfg.node_names:
+                if self.pid(f"agent-{node}") is None:
+                    spawn(
+                        [*rebound, "node-agent"],
+                        log_file=self.lay.log_file(f"agent-{node}"),
+                        pid_file=self.lay.pid_file(f"agent-{node}"),
+                        env=self.agent_env(node),
+                    )
+        if self.cfg.start_worker and self.pid("worker") is None:
+            spawn(
+                [*rebound, "worker"],
+                log_file=self.lay.log_file("worker"),
+                pid_file=self.lay.pid_file("worker"),
+                env=self.common_env(),
+            )
+        queues = []
+        if self.cfg.start_worker:
+            queues.append(("worker", DEFAULT_TASK_QUEUE))
+        if self.cfg.start_agents:
+            queues += [(f"agent-{n}", node_task_queue(n)) for n in self.cfg.node_names]
+        for service, queue in queues:
+            wait_until(
+                lambda s=service, q=queue: self._polling(s, q),
+                self.cfg.ready_timeout_s,
+                f"{service} to poll task queue {queue} (see {self.lay.log_file(service)})",
+                0.3,
+            )
+
+    def _polling(self, service: str, queue: str) -> bool:
+        if self.pid(service) is None:
+            raise LabError(f"{service} exited during start-up; see {self.lay.log_file(service)}")
+        try:
+            out = run(
+                [
+                    temporal_binary(),
+                    "task-queue",
+                    "describe",
+                    "--task-queue",
+                    queue,
+                    "--address",
+                    self.cfg.temporal_address,
+                    "--namespace",
+                    self.cfg.temporal_namespace,
+                    "-o",
+                    "json",
+                ],
+                timeout=10,
+            )
+        except LabError:
+            return False
+        return _has_pollers(out)
+
+    def pid(self, service: str) -> int | None:
+        return read_owned_pid(self.lay.pid_file(service), self.lay.state_dir)
+
+    def services(self) -> list[str]:
+        return ["worker", *[f"agent-{n}" for n in self.cfg.node_names]]
+
+    def stop(self) -> None:
+        # SIGTERM lets each worker shut down gracefully (a SIGKILLed worker costs the next one ~10 s per workflow).
+        pids = [p for p in (self.pid(s) for s in self.services()) if p is not None]
+        kill_and_wait(pids, term_timeout_s=15)
+        for s in self.services():
+            self.lay.pid_file(s).unlink(missing_ok=True)
+
+
+def _has_pollers(describe_json: str) -> bool:
+    try:
+        data = json.loads(describe_json)
+    except json.JSONDecodeError:
+        return False
+    # The shape differs across CLI versions; any non-empty "pollers" list anywhere means someone polls.
+    stack: list[object] = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.get("pollers") or item.get("pollerInfo"):
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

@@ -1,0 +1,102 @@
+"""The ``rebound`` command line: run the worker and node agents, drive the lab, look at monitored jobs.
+
+Exit codes: 0 success, 1 failure, 2 usage error, 3 Temporal unreachable, 4 not found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from workers.settings import Settings
+from workflows.domain.errors import FailureKind, ReboundError
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rebound", description="Keep distributed training jobs making progress.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("worker", help="run the central Rebound worker (workflows + cluster activities)")
+    sub.add_parser("node-agent", help="run this node's agent (NVML reads) on task queue rebound-node-<node>")
+    sub.add_parser("settings", help="print the effective settings (secrets masked)")
+
+    w = sub.add_parser("watch", help="start monitoring a Slurm job (no-op if it is already monitored)")
+    w.add_argument("job_id", type=int)
+    w.add_argument("--poll", type=float, default=2.0, help="scheduler poll interval in seconds")
+
+    s = sub.add_parser("status", help="monitored jobs and their recovery state")
+    s.add_argument("job_id", type=int, nargs="?")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+
+    from deploy.local.cli import add_lab_parser
+
+    add_lab_parser(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rebound`` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "lab":
+            from deploy.local.cli import run_lab_command
+
+            return run_lab_command(args)
+        settings = Settings()
+        logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if args.command == "settings":
+            print(settings.model_dump_json(indent=2))
+            return EXIT_OK
+        if args.command == "worker":
+            from workers.worker import run_worker
+
+            return _run_async(lambda: run_worker(settings))
+        if args.command == "node-agent":
+            from workers.node_agent import run_node_agent
+
+            return _run_async(lambda: run_node_agent(settings))
+        from workers import jobs_cli
+
+        if args.command == "watch":
+            return _run_async(lambda: jobs_cli.watch(settings, args.job_id, args.poll))
+        if args.command == "status":
+            return _run_async(lambda: jobs_cli.status(settings, args.job_id, as_json=args.json))
+    except ReboundError as e:
+        print(f"rebound: {e.message}", file=sys.stderr)
+        return exit_code_for(e.kind)
+    except KeyboardInterrupt:
+        return EXIT_FAIL
+    return EXIT_USAGE
+
+
+def exit_code_for(kind: FailureKind) -> int:
+    if kind is FailureKind.TEMPORAL_UNREACHABLE:
+        return EXIT_UNREACHABLE
+    if kind in (FailureKind.JOB_NOT_FOUND, FailureKind.NODE_NOT_FOUND):
+        return EXIT_NOT_FOUND
+    return EXIT_FAIL
+
+
+def _run_async(make: Callable[[], Coroutine[Any, Any, int | None]]) -> int:
+    rc = asyncio.run(make())
+    return EXIT_OK if rc is None else rc
+
+
+def print_json(data: object) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def console_main() -> None:
+    """Console-script wrapper: exit without interpreter finalisation (temporalio sdk-python#300)."""
+    rc = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)

@@ -1,0 +1,100 @@
+"""CLI commands about monitored jobs: ``watch`` and ``status``."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from workers.cli import EXIT_NOT_FOUND, EXIT_OK, print_json
+from workers.client import connect
+from workers.settings import Settings
+from workflows.constants import CLUSTER, JOB_ID, RECOVERY_STATE, job_workflow_id
+from workflows.domain.errors import FailureKind, ReboundError
+from workflows.domain.recovery import JobRecoveryInput, JobRecoveryStatus
+from workflows.job_recovery import JobRecoveryWorkflow
+
+
+async def watch(settings: Settings, job_id: int, poll_interval_s: float) -> int:
+    """Start the job's JobRecovery workflow; starting it again is a no-op (the id is the business key)."""
+    client = await connect(settings.temporal)
+    wf_id = job_workflow_id(settings.cluster_name, job_id)
+    # Validate on the client: a payload that fails to decode would wedge the workflow task, not fail it.
+    inp = JobRecoveryInput(cluster=settings.cluster_name, job_id=job_id, poll_interval_s=poll_interval_s)
+    handle = await client.start_workflow(
+        JobRecoveryWorkflow.run,
+        inp,
+        id=wf_id,
+        task_queue=settings.temporal.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes(
+            [SearchAttributePair(JOB_ID, str(job_id)), SearchAttributePair(CLUSTER, settings.cluster_name)]
+        ),
+        static_summary=f"Rebound: keep Slurm job {job_id} on {settings.cluster_name} making progress",
+    )
+    print(f"monitoring job {job_id}: workflow {handle.id} (run {handle.result_run_id})")
+    return EXIT_OK
+
+
+async def query_status(client: Client, settings: Settings, job_id: int) -> JobRecoveryStatus:
+    """The workflow's ``status`` query, with a client-side timeout (a query with no live worker hangs)."""
+    handle = client.get_workflow_handle(job_workflow_id(settings.cluster_name, job_id))
+    try:
+        return await asyncio.wait_for(
+            handle.query(JobRecoveryWorkflow.status), timeout=settings.temporal.query_timeout_s
+        )
+    except RPCError as e:
+        if e.status is RPCStatusCode.NOT_FOUND:
+            raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {job_id} is not monitored by Rebound") from e
+        raise
+    except TimeoutError as e:
+        raise ReboundError(
+            FailureKind.TEMPORAL_UNREACHABLE,
+            f"no answer from job {job_id}'s workflow within {settings.temporal.query_timeout_s:.0f} s: "
+            "is a Rebound worker running?",
+        ) from e
+
+
+async def status(settings: Settings, job_id: int | None, *, as_json: bool) -> int:
+    """One job's recovery status, or a table of every monitored job."""
+    client = await connect(settings.temporal)
+    if job_id is not None:
+        st = await query_status(client, settings, job_id)
+        if as_json:
+            print_json(st.model_dump(mode="json"))
+        else:
+            print(f"job {st.job_id} ({st.job_name or 'unnamed'}): {st.state.value}")
+            print(
+                f"  slurm: {st.job_state.value if st.job_state else '?'} on {','.join(st.nodes) or '-'}, "
+                f"restarts {st.restart_count}"
+            )
+            for e in st.timeline:
+                print(f"  {e.at:%Y-%m-%d %H:%M:%S} {e.event:<10} {e.detail}")
+        return EXIT_OK
+    query = f'WorkflowType = "JobRecovery" AND ReboundCluster = "{settings.cluster_name}"'
+    rows = []
+    try:
+        async for wf in client.list_workflows(query):
+            sa = wf.typed_search_attributes
+            rows.append(
+                {
+                    "workflow_id": wf.id,
+                    "job_id": sa.get(JOB_ID) or "?",
+                    "state": sa.get(RECOVERY_STATE) or "?",
+                    "status": wf.status.name if wf.status else "?",
+                    "started": wf.start_time.isoformat(),
+                }
+            )
+    except RPCError as e:
+        raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, f"listing workflows failed: {e}") from e
+    if as_json:
+        print_json(rows)
+    elif not rows:
+        print("no monitored jobs")
+    else:
+        print(f"{'JOB':>8}  {'STATE':<10} {'WORKFLOW':<10} {'STARTED':<25} ID")
+        for r in rows:
+            print(f"{r['job_id']:>8}  {r['state']:<10} {r['status']:<10} {r['started']:<25} {r['workflow_id']}")
+    return EXIT_OK if rows or job_id is None else EXIT_NOT_FOUND

@@ -1,0 +1,53 @@
+"""The node agent: a small worker on each GPU node, on task queue ``rebound-node-<node>``.
+
+Workflows send node-local work (NVML reads, XID events; later stack dumps of hung ranks) to exactly the node
+that must do it. The agent keeps one NVML session open so events are not missed between reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from datetime import timedelta
+
+from temporalio.worker import Worker
+
+from activities.gpu.activities import GpuActivities
+from activities.gpu.nvml import NvmlSource
+from workers.client import connect
+from workers.settings import Settings
+from workers.worker import _stop_on_signals
+from workflows.constants import node_task_queue
+from workflows.domain.errors import FailureKind, ReboundError
+
+log = logging.getLogger("rebound.node_agent")
+
+
+def node_name(settings: Settings) -> str:
+    """This node's scheduler name: configured, else Slurm's SLURMD_NODENAME; never ``hostname``."""
+    name = settings.node_agent.node_name or os.environ.get("SLURMD_NODENAME")
+    if not name:
+        raise ReboundError(FailureKind.CONFIGURATION, "set REBOUND_NODE_AGENT__NODE_NAME to this node's Slurm name")
+    return name
+
+
+async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Serve this node's activities until stopped."""
+    stop = stop or _stop_on_signals()
+    node = node_name(settings)
+    client = await connect(settings.temporal, identity=f"rebound-agent@{node}")
+    source = NvmlSource(host=node)
+    gpu = GpuActivities(source)
+    queue = node_task_queue(node)
+    try:
+        async with Worker(
+            client,
+            task_queue=queue,
+            activities=[gpu.read_gpu_health],
+            graceful_shutdown_timeout=timedelta(seconds=5),
+        ):
+            log.info("node agent for %s polling %s", node, queue)
+            await stop.wait()
+    finally:
+        source.close()

@@ -1,0 +1,32 @@
+"""Choosing adapters from settings: the only place that imports concrete scheduler backends."""
+
+from __future__ import annotations
+
+from activities.slurm.cli import SlurmCliScheduler
+from activities.slurm.port import CompositeScheduler, SchedulerPort
+from workers.settings import SchedulerBackend, SlurmSettings
+
+
+def build_scheduler(settings: SlurmSettings) -> SchedulerPort:
+    """The scheduler port for these settings.
+
+    ``rest`` reads through slurmrestd but acts through scontrol: Slurm 22.05's REST API cannot drain, resume,
+    requeue or exclude (verified, shared/facts/slurm-lab.md section 5).
+    """
+    cli = SlurmCliScheduler(env=settings.command_env(), bin_dir=settings.bin_dir, timeout_s=settings.command_timeout_s)
+    if settings.backend is SchedulerBackend.CLI:
+        return cli
+    if settings.backend is SchedulerBackend.REST:
+        from activities.slurm.rest import SlurmRestScheduler, rest_client
+
+        client = rest_client(
+            url=settings.rest_url,
+            unix_socket=settings.rest_socket,
+            user=settings.rest_user,
+            token=settings.rest_token,
+            timeout_s=settings.command_timeout_s,
+        )
+        return CompositeScheduler(reads=SlurmRestScheduler(client, api_version=settings.rest_api_version), actions=cli)
+    from activities.slurm.pyslurm_adapter import PyslurmScheduler
+
+    return PyslurmScheduler()

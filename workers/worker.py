@@ -1,0 +1,49 @@
+"""The central Rebound worker: workflows plus cluster-level activities on the main task queue."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from datetime import timedelta
+
+from temporalio.worker import Worker
+
+from activities.slurm.activities import SlurmActivities
+from workers.client import connect
+from workers.settings import Settings
+from workers.wiring import build_scheduler
+from workflows.job_recovery import JobRecoveryWorkflow
+
+log = logging.getLogger("rebound.worker")
+
+WORKFLOWS = [JobRecoveryWorkflow]
+
+
+async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Run until ``stop`` is set (or SIGTERM/SIGINT), then shut down gracefully.
+
+    A graceful shutdown matters: after a SIGKILL the next worker waits ~10 s per cached workflow.
+    """
+    stop = stop or _stop_on_signals()
+    client = await connect(settings.temporal, identity=f"rebound-worker@{settings.cluster_name}")
+    slurm = SlurmActivities(build_scheduler(settings.slurm))
+    worker = Worker(
+        client,
+        task_queue=settings.temporal.task_queue,
+        workflows=WORKFLOWS,
+        activities=[slurm.observe_job, slurm.watch_job],
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+    log.info("worker polling %s on %s", settings.temporal.task_queue, settings.temporal.address)
+    async with worker:
+        await stop.wait()
+    log.info("worker stopped")
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop

@@ -1,0 +1,93 @@
+"""The JobRecovery workflow's inputs, state and answers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import Field
+
+from workflows.domain.base import Frozen
+from workflows.domain.slurm import JobState, SlurmJob
+
+
+class RecoveryState(StrEnum):
+    """Where a monitored job is in the detect -> attribute -> isolate -> resume loop."""
+
+    STARTING = "STARTING"
+    WATCHING = "WATCHING"
+    DETECTED = "DETECTED"
+    ATTRIBUTED = "ATTRIBUTED"
+    ISOLATING = "ISOLATING"
+    RESTARTING = "RESTARTING"
+    VERIFYING = "VERIFYING"
+    FINISHED = "FINISHED"
+    GAVE_UP = "GAVE_UP"
+
+    def is_terminal(self) -> bool:
+        return self in (RecoveryState.FINISHED, RecoveryState.GAVE_UP)
+
+
+class JobRecoveryInput(Frozen):
+    """Start (or continue-as-new) the recovery loop of one job."""
+
+    cluster: str
+    job_id: int = Field(gt=0)
+    poll_interval_s: float = Field(2.0, gt=0, le=300)
+
+
+class TimelineEntry(Frozen):
+    """One thing that happened to the job, as the workflow recorded it (workflow time)."""
+
+    at: datetime
+    event: str
+    detail: str = ""
+
+
+class JobRecoveryStatus(Frozen):
+    """What the ``status`` query answers."""
+
+    cluster: str
+    job_id: int
+    state: RecoveryState
+    job_state: JobState | None = None
+    job_name: str = ""
+    nodes: tuple[str, ...] = ()
+    restart_count: int = 0
+    last_observed_at: datetime | None = None
+    note: str = ""
+    timeline: tuple[TimelineEntry, ...] = ()
+
+
+class JobRecoveryResult(Frozen):
+    """How the workflow ended."""
+
+    job_id: int
+    state: RecoveryState
+    reason: str = ""
+
+
+class ObserveJobInput(Frozen):
+    job_id: int
+
+
+class ObserveJobResult(Frozen):
+    """A fresh observation of one job; ``job`` is None when the scheduler does not list it."""
+
+    observed_at: datetime
+    job: SlurmJob | None = None
+
+
+class WatchJobInput(Frozen):
+    """Watch a job until it ends (or disappears). Polls in one heartbeating activity, not a workflow loop."""
+
+    job_id: int
+    poll_interval_s: float = Field(2.0, gt=0)
+
+
+class WatchJobResult(Frozen):
+    """Why the watch returned: the job's last observation (None: the scheduler forgot it)."""
+
+    observed_at: datetime
+    job: SlurmJob | None = None
+    polls: int = 0
