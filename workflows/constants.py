@@ -30,4 +30,12 @@ IMPLICATED_NODES = SearchAttributeKey.for_keyword_list("ReboundNodes")
 PENDING_APPROVAL = SearchAttributeKey.for_keyword("ReboundPendingApproval")
 RESTART_COUNT = SearchAttributeKey.for_int("ReboundRestarts")
 
-ALL_SEARCH_ATTRIBUTES = (JOB_ID, CLUSTER, RECOVERY_STATE, CAUSE, IMPLICATED_NODES, PENDING_APPROVAL, RESTART_COUNT)
+ALL_SEARCH_ATTRIBUTES = (
+    JOB_ID,
+    CLUSTER,
+    RECOVERY_STATE,
+    CAUSE,
+    IMPLICATED_NODES,
+    PENDING_APPROVAL,
+    RESTART_COUNT,
+)

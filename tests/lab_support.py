@@ -1,0 +1,117 @@
+"""The test lab: a second lab beside the demo's, with its own state directory and ports.
+
+`make test` never touches a running `make demo` lab: the test lab lives in ``.rebound-lab-test`` and listens
+on other ports. The pytest session brings it up (idempotently) and takes it down at the end unless
+``REBOUND_KEEP_LAB=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deploy.local.config import LabConfig
+from deploy.local.lab import Lab
+from deploy.local.layout import LabLayout
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_lab_config() -> LabConfig:
+    return LabConfig(
+        state_dir=Path(os.environ.get("REBOUND_TEST_LAB_DIR", REPO / ".rebound-lab-test")),
+        cluster_name="labtest",
+        slurmctld_port=6827,
+        slurmd_port_base=17011,
+        slurmrestd_port=6830,
+        temporal_port=7243,
+        temporal_ui_port=8243,
+    )
+
+
+@dataclass
+class LabHandle:
+    """What e2e tests get: the running lab and helpers to use it."""
+
+    lab: Lab
+    submitted: list[int] = field(default_factory=list)
+
+    @property
+    def cfg(self) -> LabConfig:
+        return self.lab.cfg
+
+    @property
+    def layout(self) -> LabLayout:
+        return self.lab.cfg.layout
+
+    @property
+    def slurm_env(self) -> dict[str, str]:
+        return self.lab.slurm.env()
+
+    @property
+    def rest_socket(self) -> Path:
+        return self.layout.rest_socket
+
+    @property
+    def rest_url(self) -> str:
+        return self.cfg.slurmrestd_url
+
+    @property
+    def nodes(self) -> list[str]:
+        return self.cfg.node_names
+
+    @property
+    def temporal_address(self) -> str:
+        return self.cfg.temporal_address
+
+    def jwt_token(self) -> str:
+        return self.lab.slurm.token()
+
+    def slurm(self, *argv: str, check: bool = True) -> str:
+        """Run a Slurm command against the lab; returns stdout."""
+        done = subprocess.run(list(argv), env=self.slurm_env, capture_output=True, text=True, timeout=30)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"{argv} failed: {done.stderr}")
+        return done.stdout
+
+    def submit_sleep_job(self, nodes: int = 2, requeue: bool = True, extra_args: Sequence[str] = ()) -> int:
+        """Submit a job whose step sleeps on every node; returns its id (cancelled after the test)."""
+        out_dir = self.layout.runs / "sleep"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        argv = [
+            "sbatch", "--parsable", f"-N{nodes}", "--ntasks-per-node=1", "--gres=gpu:1", "-J", "sleeper",
+            f"--output={out_dir}/sleep-%j.out", "--requeue" if requeue else "--no-requeue", *extra_args,
+            "--wrap", "srun sleep 600",
+        ]  # fmt: skip
+        job_id = int(self.slurm(*argv).strip().split(";")[0])
+        self.submitted.append(job_id)
+        return job_id
+
+    def track(self, job_id: int) -> int:
+        """Cancel this job when the test ends."""
+        self.submitted.append(job_id)
+        return job_id
+
+    def wait_for(self, predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.2) -> object:
+        """Poll until ``predicate()`` is truthy; returns its value or fails the test on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"condition not met within {timeout_s} s")
+            time.sleep(interval_s)
+
+    def cleanup(self) -> None:
+        """Cancel the test's jobs and resume drained nodes (every drain in the test lab is a test's own)."""
+        if self.submitted:
+            self.slurm("scancel", *[str(j) for j in self.submitted], check=False)
+            self.submitted.clear()
+        for node, state in self.lab.slurm.node_states().items():
+            if "drain" in state or "drng" in state or state.startswith("down"):
+                self.slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
