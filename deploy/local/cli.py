@@ -19,6 +19,7 @@ def add_lab_parser(sub: Any) -> None:
     lab.add_argument("--state-dir", type=Path, help="lab state directory (default ./.rebound-lab)")
     cmds = lab.add_subparsers(dest="lab_command", required=True, metavar="LAB_COMMAND")
     cmds.add_parser("up", help="start everything that is not running (idempotent)")
+    cmds.add_parser("demo", help="up, then submit and monitor the demo training job and show it training")
     down = cmds.add_parser("down", help="stop what `up` started (state is kept)")
     down.add_argument("--keep-jobs", action="store_true", help="do not cancel the lab's Slurm jobs")
     st = cmds.add_parser("status", help="what runs, node states, where the UI is")
@@ -67,6 +68,10 @@ def _dispatch(lab: Lab, args: argparse.Namespace) -> int:
         print(format_status(lab.status()))
         print(f"lab is up ({took:.1f} s). Use it from a shell with: source {lab.cfg.layout.env_file}")
         return 0
+    if cmd == "demo":
+        from deploy.local.demo_cmd import run_demo
+
+        return run_demo(lab)
     if cmd == "down":
         lab.down(keep_jobs=args.keep_jobs)
         print("lab is down (state kept in", lab.cfg.state_dir, ")")
