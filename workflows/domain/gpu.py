@@ -28,11 +28,14 @@ class GpuSample(Frozen):
     ecc_uncorrected_aggregate: int | None = None
     ecc_corrected_aggregate: int | None = None
     retired_pages_pending: bool | None = None
+    remapped_rows_correctable: int | None = None
     remapped_rows_uncorrectable: int | None = None
     remap_pending: bool | None = None
     remap_failure: bool | None = None
     clocks_event_reasons: int | None = None
     pcie_replay_count: int | None = None
+    nvlink_crc_errors: int | None = None
+    """CRC flit plus CRC data errors, summed over the active NVLinks."""
     unsupported: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     """Fields whose read failed for another reason, as ``field: error``."""
@@ -59,6 +62,8 @@ class GpuEvent(Frozen):
     xid: int | None = None
     source: str = ""
     observed_at: datetime | None = None
+    sequence: int = 0
+    """Position in the reporting source's event stream; an event cursor names the last sequence seen."""
 
 
 class GpuHealthReport(Frozen):
@@ -70,3 +75,14 @@ class GpuHealthReport(Frozen):
     events: tuple[GpuEvent, ...] = ()
     error: str = ""
     """Set when NVML itself could not be read (no driver, library missing): the report is then empty but valid."""
+    next_event_cursor: int = 0
+    """Pass this as the next read's ``event_cursor`` to get only the events after these ones."""
+    events_missed: int = 0
+    """Events that left the source's bounded buffer before this cursor could read them."""
+
+
+class NvmlReadGpuHealthInput(Frozen):
+    """Input of the ``nvml_read_gpu_health`` activity."""
+
+    event_cursor: int = 0
+    """The previous report's ``next_event_cursor``; 0 reads every event the node agent still holds."""

@@ -42,6 +42,8 @@
  *     registration; replaying keeps tests deterministic (an event written before the waiter registered is not
  *     lost to a race). Consumers must therefore de-duplicate per event set lifetime, which NvmlSource does by
  *     keeping one event set open for the life of the source.
+ *   - Replacing the state file (a new inode, as write_initial_state's atomic rename does) or truncating it
+ *     starts a new event log: existing sets then read the new log from its first line.
  *   - Events are delivered only for registered devices and registered type masks; events not matching are
  *     skipped for good. Delivered events carry gpuInstanceId = computeInstanceId = 0xFFFFFFFF (no MIG).
  *   - nvmlEventSetWait_v2 first delivers pending events, then returns NVML_ERROR_GPU_IS_LOST while any
@@ -55,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -81,6 +84,8 @@ struct nvmlDevice_st {
 struct nvmlEventSet_st {
     unsigned long long mask[FAKE_MAX_GPUS]; /* registered event types per GPU */
     size_t next;                            /* replay position in the event log */
+    int positioned;                         /* next refers to the log in file (log_dev, log_ino) */
+    unsigned long long log_dev, log_ino;
 };
 
 static struct nvmlDevice_st g_devices[FAKE_MAX_GPUS];
@@ -114,6 +119,7 @@ typedef struct {
     unsigned int count;
     nvmlReturn_t init_error;
     fake_gpu gpu[FAKE_MAX_GPUS];
+    unsigned long long dev, ino; /* identity of the state file: a rewritten file is a new event log */
     size_t nevents;
     fake_event events[FAKE_MAX_EVENTS];
     char bad_line[160]; /* first line the parser rejected, for the trace */
@@ -383,6 +389,11 @@ static nvmlReturn_t load_state(fake_state **out) {
         snprintf(st->bad_line, sizeof st->bad_line, "cannot open %s", path);
         return NVML_ERROR_UNKNOWN;
     }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0) {
+        st->dev = (unsigned long long)sb.st_dev;
+        st->ino = (unsigned long long)sb.st_ino;
+    }
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
@@ -475,13 +486,19 @@ static nvmlReturn_t copy_string(char *dst, unsigned int length, const char *src)
     return NVML_SUCCESS;
 }
 
-/* FNV-1a, 64 bit: a stable hash of the host name. deploy/local/fake_nvml.py mirrors it (fake_gpu_uuid). */
+/* A stable hash of the host name: FNV-1a 64 then MurmurHash3's fmix64, because plain FNV barely changes the
+ * high bits for names differing in the last character (n1, n2). deploy/local/fake_nvml.py mirrors it. */
 static uint64_t host_hash(const char *host) {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (const unsigned char *p = (const unsigned char *)host; *p != '\0'; p++) {
         h ^= *p;
         h *= 0x100000001b3ULL;
     }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
     return h;
 }
 
@@ -896,6 +913,14 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ev
 
 /* One look at the log: SUCCESS with *data filled, GPU_IS_LOST, or TIMEOUT when there is nothing yet. */
 static nvmlReturn_t poll_events(nvmlEventSet_t set, const fake_state *st, nvmlEventData_t *data) {
+    /* The lab resets a node by atomically replacing its state file (a new inode): that is a new event log, so
+     * start reading it from its first line; a log truncated in place is treated the same way. */
+    if (set->positioned && (set->log_dev != st->dev || set->log_ino != st->ino || set->next > st->nevents)) {
+        set->next = 0;
+    }
+    set->positioned = 1;
+    set->log_dev = st->dev;
+    set->log_ino = st->ino;
     while (set->next < st->nevents) {
         const fake_event *e = &st->events[set->next++];
         if (e->gpu < st->count && (set->mask[e->gpu] & e->type) != 0) {
