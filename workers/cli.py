@@ -100,3 +100,7 @@ def console_main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(rc)
+
+
+if __name__ == "__main__":
+    console_main()

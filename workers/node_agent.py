@@ -17,7 +17,7 @@ from activities.gpu.activities import GpuActivities
 from activities.gpu.nvml import NvmlSource
 from workers.client import connect
 from workers.settings import Settings
-from workers.worker import _stop_on_signals
+from workers.lifecycle import stop_on_signals
 from workflows.constants import node_task_queue
 from workflows.domain.errors import FailureKind, ReboundError
 
@@ -34,7 +34,7 @@ def node_name(settings: Settings) -> str:
 
 async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) -> None:
     """Serve this node's activities until stopped."""
-    stop = stop or _stop_on_signals()
+    stop = stop or stop_on_signals()
     node = node_name(settings)
     client = await connect(settings.temporal, identity=f"rebound-agent@{node}")
     source = NvmlSource(host=node)

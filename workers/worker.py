@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from datetime import timedelta
 
 from temporalio.worker import Worker
 
 from activities.slurm.activities import SlurmActivities
 from workers.client import connect
+from workers.lifecycle import stop_on_signals
 from workers.settings import Settings
 from workers.wiring import build_scheduler
 from workflows.job_recovery import JobRecoveryWorkflow
@@ -25,7 +25,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
 
     A graceful shutdown matters: after a SIGKILL the next worker waits ~10 s per cached workflow.
     """
-    stop = stop or _stop_on_signals()
+    stop = stop or stop_on_signals()
     client = await connect(settings.temporal, identity=f"rebound-worker@{settings.cluster_name}")
     slurm = SlurmActivities(build_scheduler(settings.slurm))
     worker = Worker(
@@ -39,11 +39,3 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     async with worker:
         await stop.wait()
     log.info("worker stopped")
-
-
-def _stop_on_signals() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
