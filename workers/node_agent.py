@@ -38,6 +38,11 @@ async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) 
     node = node_name(settings)
     client = await connect(settings.temporal, identity=f"rebound-agent@{node}")
     source = NvmlSource(host=node)
+    try:
+        # Open now, not on the first read: the event thread must be listening before the first fault happens.
+        await asyncio.to_thread(source.open)
+    except ReboundError as e:
+        log.warning("GPUs of %s not readable yet (%s); every read will retry", node, e)
     gpu = GpuActivities(source)
     queue = node_task_queue(node)
     try:

@@ -14,10 +14,11 @@ from workers.lifecycle import stop_on_signals
 from workers.settings import Settings
 from workers.wiring import build_scheduler
 from workflows.job_recovery import JobRecoveryWorkflow
+from workflows.node_gpu_health import NodeGpuHealthWorkflow
 
 log = logging.getLogger("rebound.worker")
 
-WORKFLOWS = [JobRecoveryWorkflow]
+WORKFLOWS = [JobRecoveryWorkflow, NodeGpuHealthWorkflow]
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:

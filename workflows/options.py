@@ -35,3 +35,15 @@ SCHEDULER_WATCH: dict[str, Any] = {
         non_retryable_error_types=_PERMANENT,
     ),
 }
+
+#: A read on a node agent. schedule_to_start is short on purpose: an agent that does not pick the task up within
+#: seconds is itself evidence (node down, agent dead), so we want the answer fast rather than a long wait.
+NODE_AGENT_READ: dict[str, Any] = {
+    "schedule_to_start_timeout": timedelta(seconds=10),
+    "start_to_close_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_attempts=3,
+        non_retryable_error_types=_PERMANENT,
+    ),
+}

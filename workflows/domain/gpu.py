@@ -86,3 +86,19 @@ class NvmlReadGpuHealthInput(Frozen):
 
     event_cursor: int = 0
     """The previous report's ``next_event_cursor``; 0 reads every event the node agent still holds."""
+
+
+class NodeGpuHealthInput(Frozen):
+    """Read one node's GPUs through its node agent; events after ``event_cursor``."""
+
+    node: str
+    event_cursor: int = 0
+
+
+class NodeGpuHealthResult(Frozen):
+    """The node's report, or why the agent could not give one (``agent_reachable=False``)."""
+
+    node: str
+    agent_reachable: bool
+    report: GpuHealthReport | None = None
+    error: str = ""

@@ -1,0 +1,44 @@
+"""CLI commands about nodes: ``rebound gpus NODE``."""
+
+from __future__ import annotations
+
+import uuid
+
+from workers.cli import EXIT_FAIL, EXIT_OK, print_json
+from workers.client import connect
+from workers.settings import Settings
+from workflows.domain.gpu import NodeGpuHealthInput, NodeGpuHealthResult
+from workflows.node_gpu_health import NodeGpuHealthWorkflow
+
+
+async def read_node_gpus(settings: Settings, node: str) -> NodeGpuHealthResult:
+    """Run one NodeGpuHealth workflow and wait for it (about a second when the agent is up)."""
+    client = await connect(settings.temporal)
+    return await client.execute_workflow(
+        NodeGpuHealthWorkflow.run,
+        NodeGpuHealthInput(node=node),
+        id=f"rebound/{settings.cluster_name}/gpu-health/{node}/{uuid.uuid4().hex[:8]}",
+        task_queue=settings.temporal.task_queue,
+        static_summary=f"GPU health read of node {node}",
+    )
+
+
+async def gpus(settings: Settings, node: str, *, as_json: bool) -> int:
+    res = await read_node_gpus(settings, node)
+    if as_json:
+        print_json(res.model_dump(mode="json"))
+        return EXIT_OK if res.agent_reachable else EXIT_FAIL
+    if not res.agent_reachable or res.report is None:
+        print(f"{node}: {res.error}")
+        return EXIT_FAIL
+    rep = res.report
+    if rep.error:
+        print(f"{node}: GPUs unreadable: {rep.error}")
+        return EXIT_FAIL
+    print(f"{node}: driver {rep.driver_version}, {len(rep.samples)} GPUs")
+    for s in rep.samples:
+        state = "LOST" if s.lost else f"{s.temperature_c}C util {s.utilization_gpu_pct}%"
+        print(f"  gpu{s.index} {s.uuid} {s.pci_bus_id} {state} ecc_uncorrected={s.ecc_uncorrected_volatile}")
+    for e in rep.events:
+        print(f"  event {e.kind.value} gpu{e.index} xid={e.xid}")
+    return EXIT_OK
