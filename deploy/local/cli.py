@@ -42,6 +42,11 @@ def add_lab_parser(sub: Any) -> None:
     inj.add_argument("--delay", type=float, default=1.0, help="slow: extra seconds per step")
     inj.add_argument("--xid", type=int, default=79, help="gpu-fault: the XID to raise")
     inj.add_argument("--gpu", type=int, default=None, help="gpu-fault: GPU index (default: the rank's GPU)")
+    inj.add_argument(
+        "--frozen",
+        action="store_true",
+        help="node-crash: freeze the node's job steps instead of killing them (peers hang as with a real dead host)",
+    )
 
 
 def lab_config(args: argparse.Namespace) -> LabConfig:
@@ -53,10 +58,13 @@ def lab_config(args: argparse.Namespace) -> LabConfig:
 
 def run_lab_command(args: argparse.Namespace) -> int:
     """Dispatch ``rebound lab <command>``; lab errors become a message and exit code 1."""
+    from deploy.demo.inject import InjectionError
+    from deploy.demo.submit import SubmitError
+
     try:
         lab = Lab(lab_config(args))
         return _dispatch(lab, args)
-    except LabError as e:
+    except (LabError, InjectionError, SubmitError, ValueError) as e:
         print(f"rebound lab: {e}", file=sys.stderr)
         return 1
 
@@ -122,6 +130,7 @@ def _inject(lab: Lab, args: argparse.Namespace) -> int:
         delay_s=args.delay,
         xid=args.xid,
         gpu=args.gpu,
+        frozen_tasks=args.frozen,
     )
     print(record.model_dump_json())
     return 0

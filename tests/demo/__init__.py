@@ -1,0 +1,1 @@
+"""Tests of the demo training job and fault injection (deploy/demo)."""
