@@ -78,32 +78,50 @@ class NodeBaseState(StrEnum):
 
 
 class SlurmJob(Frozen):
-    """One job as the scheduler sees it right now."""
+    """One job as the scheduler sees it right now.
+
+    Field meanings follow what the adapters verified against Slurm 22.05 (``activities.slurm.parse``). Where
+    Slurm's raw values mislead, estimates and leftovers of an earlier run are dropped rather than passed on.
+    """
 
     job_id: int
     name: str = ""
     user: str = ""
     partition: str = ""
+    """As Slurm reports it; a job pending in several partitions lists them comma-separated."""
     state: JobState
     state_reason: str = ""
+    """Slurm's reason code (``BeginTime``, ``NonZeroExitCode``, ``JobHeldUser``); empty for ``None``."""
+    state_description: str = ""
+    """Slurm's longer explanation, when it gives one (a pending job's unavailable nodes, for example)."""
     nodes: tuple[str, ...] = ()
     """Allocated nodes, expanded from Slurm's hostlist (``n[1-2]`` -> ``("n1", "n2")``)."""
     batch_host: str = ""
     restart_count: int = 0
+    """Slurm's ``restart_cnt``: incremented by every requeue, already while the requeued job is COMPLETING."""
     requeue_allowed: bool = False
     excluded_nodes: tuple[str, ...] = ()
     required_nodes: tuple[str, ...] = ()
     node_count: int = 0
     task_count: int = 0
     exit_code: int | None = None
+    """Exit status of the batch script once the job is terminal; None before, and when a signal killed it."""
     exit_signal: int | None = None
+    """The signal that killed the batch script, when one did."""
     comment: str = ""
     standard_output: str = ""
+    """Path of the batch script's stdout with Slurm's ``%j``-style patterns filled in."""
     standard_error: str = ""
+    """Path of the batch script's stderr; the stdout path when Slurm joins them (no ``--error``)."""
     working_directory: str = ""
     submit_time: datetime | None = None
+    """Slurm resets this on every requeue."""
+    eligible_time: datetime | None = None
+    """When the job may start: after a requeue, Slurm holds it until about ``cred_expire`` + 1 s."""
     start_time: datetime | None = None
+    """When the current (or last) run started; None while PENDING, where Slurm only has an estimate."""
     end_time: datetime | None = None
+    """When the job ended; None until it is terminal (Slurm's value before that is a projected limit)."""
     tres_per_node: str = ""
 
 
@@ -115,6 +133,8 @@ class SlurmNode(Frozen):
     flags: tuple[str, ...] = ()
     """Upper-case state flags, e.g. ``DRAIN``, ``NOT_RESPONDING``, ``COMPLETING``."""
     reason: str = ""
+    """Why the node is drained or down, as whoever set it wrote it. Rebound's own drains carry its prefix, so
+    callers check ownership here before resuming a node (ADR-029: never clear someone else's drain)."""
     reason_set_by_user: str = ""
     reason_changed_at: datetime | None = None
     partitions: tuple[str, ...] = ()

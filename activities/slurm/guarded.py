@@ -1,0 +1,224 @@
+"""Idempotent scheduler actions: decide on a fresh observation, then make one raw scheduler call.
+
+Every backend that can act (scontrol, pyslurm, the test fake) supplies the raw calls, each a single Slurm
+request that raises ``SlurmCallError`` carrying Slurm's error number. ``GuardedActions`` turns them into the
+``SchedulerActions`` contract documented in ``activities.slurm.port``. The decisions are made on state read
+just before acting; Slurm's error numbers are consulted only for the races that a read cannot rule out (the job
+started, or got requeued, between the read and the call).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from activities.slurm.errors import SlurmErrno
+from activities.slurm.hostlist import HostlistError, compress
+from workflows.domain.errors import FailureKind, ReboundError
+from workflows.domain.slurm import JobState, NodeBaseState, SlurmJob, SlurmNode
+
+__all__ = ["GuardedActions", "HELD_REASONS", "SlurmCallError", "is_held"]
+
+#: ``state_reason`` of a held job: ``requeuehold``/``uhold`` give JobHeldUser, ``hold`` JobHeldAdmin (verified).
+HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
+
+# States in which Slurm still accepts changes meant for the job's next start (verified on 22.05: exclusion
+# works while a requeued job is COMPLETING as well as PENDING).
+_NOT_STARTED = (JobState.PENDING, JobState.COMPLETING)
+
+
+class SlurmCallError(ReboundError):
+    """A raw scheduler call failed; ``errno`` is Slurm's error number when it could be determined."""
+
+    def __init__(self, kind: FailureKind, message: str, errno: int | None = None) -> None:
+        super().__init__(kind, message)
+        self.errno = errno
+
+
+def is_held(job: SlurmJob) -> bool:
+    """True when the job waits for ``release_job`` (user or admin hold)."""
+    return job.state_reason in HELD_REASONS
+
+
+class GuardedActions(ABC):
+    """``SchedulerActions`` on top of raw calls; subclasses also provide ``get_job``/``get_node``."""
+
+    @abstractmethod
+    async def get_job(self, job_id: int) -> SlurmJob | None:
+        """A fresh observation of one job (see ``SchedulerReads.get_job``)."""
+
+    @abstractmethod
+    async def get_node(self, name: str) -> SlurmNode | None:
+        """A fresh observation of one node (see ``SchedulerReads.get_node``)."""
+
+    @abstractmethod
+    async def _drain(self, node: str, reason: str) -> None:
+        """``scontrol update nodename=N state=drain reason=R``."""
+
+    @abstractmethod
+    async def _resume(self, node: str) -> None:
+        """``scontrol update nodename=N state=resume``."""
+
+    @abstractmethod
+    async def _requeue(self, job_id: int, hold: bool) -> None:
+        """``scontrol requeue J`` or ``scontrol requeuehold J``."""
+
+    @abstractmethod
+    async def _hold(self, job_id: int) -> None:
+        """``scontrol uhold J``: a user hold, like the one ``requeuehold`` sets."""
+
+    @abstractmethod
+    async def _set_excluded(self, job_id: int, hostlist: str) -> None:
+        """``scontrol update jobid=J excnodelist=H`` (an empty ``H`` clears the list)."""
+
+    @abstractmethod
+    async def _release(self, job_id: int) -> None:
+        """``scontrol release J``."""
+
+    @abstractmethod
+    async def _start_now(self, job_id: int) -> None:
+        """``scontrol update jobid=J starttime=now``."""
+
+    async def drain_node(self, node: str, reason: str) -> None:
+        """See ``SchedulerActions.drain_node``.
+
+        Raises:
+            ReboundError: ``SCHEDULER_REJECTED`` (empty reason), ``NODE_NOT_FOUND``, ``NOT_OWNED``, or what
+                the read or the raw call raise.
+        """
+        if not reason.strip():
+            raise ReboundError(FailureKind.SCHEDULER_REJECTED, f"draining {node} needs a reason")
+        current = await self._require_node(node)
+        if current.is_drained:
+            if current.reason == reason:
+                return
+            # Slurm would accept the drain and silently replace the other owner's reason (verified on 22.05).
+            raise ReboundError(
+                FailureKind.NOT_OWNED,
+                f"node {node} is already drained by {current.reason_set_by_user or 'someone else'}: "
+                f"{current.reason!r}; not replacing it with {reason!r}",
+            )
+        await self._drain(node, reason)
+
+    async def resume_node(self, node: str, *, expected_reason: str | None = None) -> None:
+        """See ``SchedulerActions.resume_node``.
+
+        Raises:
+            ReboundError: ``NODE_NOT_FOUND``, ``NOT_OWNED``, ``SCHEDULER_REJECTED``, or what the read raises.
+        """
+        current = await self._require_node(node)
+        if not _needs_resume(current):
+            return
+        if expected_reason is not None and current.reason != expected_reason:
+            raise ReboundError(
+                FailureKind.NOT_OWNED,
+                f"node {node} is held for {current.reason!r} by {current.reason_set_by_user or 'someone else'}, "
+                f"not for {expected_reason!r}; leaving it as it is",
+            )
+        try:
+            await self._resume(node)
+        except SlurmCallError as e:
+            # "Invalid node state specified": someone resumed it between our read and our call.
+            if e.errno == SlurmErrno.INVALID_NODE_STATE and not _needs_resume(await self._require_node(node)):
+                return
+            raise
+
+    async def requeue_job(self, job_id: int, *, hold: bool = False, expected_restart_count: int | None = None) -> None:
+        """See ``SchedulerActions.requeue_job``.
+
+        Raises:
+            ReboundError: ``JOB_NOT_FOUND``, ``SCHEDULER_REJECTED`` (``--no-requeue``), ``SCHEDULER_BUSY``
+                (still completing), or what the read or the raw call raise.
+        """
+        job = await self._require_job(job_id)
+        already = expected_restart_count is not None and job.restart_count > expected_restart_count
+        if not already and job.state is not JobState.PENDING:
+            if not job.requeue_allowed:
+                raise ReboundError(
+                    FailureKind.SCHEDULER_REJECTED,
+                    f"job {job_id} may not be requeued (submitted with --no-requeue, or JobRequeue=0)",
+                )
+            try:
+                await self._requeue(job_id, hold)
+                return
+            except SlurmCallError as e:
+                if e.errno == SlurmErrno.ALREADY_DONE:
+                    raise SlurmCallError(
+                        FailureKind.SCHEDULER_BUSY, f"job {job_id} is still completing: {e.message}", e.errno
+                    ) from e
+                if e.errno != SlurmErrno.JOB_PENDING:
+                    raise
+                job = await self._require_job(job_id)  # it went back to the queue meanwhile
+        if hold and not is_held(job):
+            if job.state is JobState.COMPLETING:
+                raise ReboundError(
+                    FailureKind.SCHEDULER_BUSY, f"job {job_id} is still completing its requeue; hold it once pending"
+                )
+            # Holding a running job would only bite at its next requeue, so only a waiting job is held.
+            if job.state is JobState.PENDING:
+                await self._hold(job_id)
+
+    async def set_excluded_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
+        """See ``SchedulerActions.set_excluded_nodes``.
+
+        Raises:
+            ReboundError: ``JOB_NOT_FOUND``, ``NODE_NOT_FOUND``, ``SCHEDULER_REJECTED`` (running or finished,
+                or a malformed node name), ``SCHEDULER_BUSY`` (started meanwhile), or what the read raises.
+        """
+        wanted = tuple(dict.fromkeys(nodes))
+        try:
+            hostlist = compress(wanted)
+        except HostlistError as e:
+            raise ReboundError(FailureKind.SCHEDULER_REJECTED, f"job {job_id}: {e}") from e
+        job = await self._require_job(job_id)
+        if set(job.excluded_nodes) == set(wanted):
+            return
+        if job.state not in _NOT_STARTED:
+            raise ReboundError(
+                FailureKind.SCHEDULER_REJECTED,
+                f"job {job_id} is {job.state.value}: Slurm changes excluded nodes only before a job starts; "
+                "requeue it (with hold=True) first",
+            )
+        await self._set_excluded(job_id, hostlist)
+
+    async def release_job(self, job_id: int, *, start_now: bool = False) -> None:
+        """See ``SchedulerActions.release_job``.
+
+        Raises:
+            ReboundError: ``JOB_NOT_FOUND``, ``SCHEDULER_REJECTED`` (finished), ``SCHEDULER_BUSY`` (``start_now``
+                while the requeue is still COMPLETING, where Slurm ignores it), or what the read raises.
+        """
+        job = await self._require_job(job_id)
+        if job.state.is_terminal():
+            raise ReboundError(FailureKind.SCHEDULER_REJECTED, f"job {job_id} has already ended ({job.state.value})")
+        if job.state not in _NOT_STARTED:
+            return  # it has started: nothing holds it any more
+        if start_now:
+            if job.state is JobState.COMPLETING:
+                raise ReboundError(
+                    FailureKind.SCHEDULER_BUSY, f"job {job_id} is still completing; starttime=now would be ignored"
+                )
+            try:
+                await self._start_now(job_id)
+            except SlurmCallError as e:
+                if e.errno == SlurmErrno.JOB_NOT_PENDING:
+                    return  # it started between our read and our call
+                raise
+        if is_held(job):
+            await self._release(job_id)
+
+    async def _require_job(self, job_id: int) -> SlurmJob:
+        job = await self.get_job(job_id)
+        if job is None:
+            raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {job_id} is not known to the scheduler")
+        return job
+
+    async def _require_node(self, name: str) -> SlurmNode:
+        node = await self.get_node(name)
+        if node is None:
+            raise ReboundError(FailureKind.NODE_NOT_FOUND, f"node {name} is not part of the cluster")
+        return node
+
+
+def _needs_resume(node: SlurmNode) -> bool:
+    return node.is_drained or node.state in (NodeBaseState.DOWN, NodeBaseState.ERROR)

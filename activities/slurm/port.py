@@ -1,0 +1,230 @@
+"""The scheduler port: what Rebound reads from and does to the scheduler, independent of how it is reached.
+
+Adapters (chosen only in ``workers/``):
+
+| adapter | reads | actions | notes |
+|---|---|---|---|
+| ``cli.SlurmCliScheduler`` | ``squeue``/``sinfo --json`` | ``scontrol`` | the default; needs the Slurm client |
+| ``rest.SlurmRestScheduler`` | slurmrestd ``v0.0.38`` | none | 22.05 REST cannot drain/requeue/exclude |
+| ``pyslurm_adapter.PyslurmScheduler`` | libslurm | libslurm | Slurm 25.11 only; untested here |
+
+With slurmrestd, combine: ``CompositeScheduler(reads=SlurmRestScheduler(...), actions=SlurmCliScheduler(...))``.
+
+Contract of every adapter:
+
+* Reads return domain models (``workflows.domain.slurm``) built by one parser; a job or node that does not
+  exist is ``None`` from ``get_job``/``get_node`` (Slurm forgets finished jobs after ``MinJobAge``).
+* ``snapshot()`` costs a constant number of scheduler calls for the whole cluster (CLI: one ``squeue`` plus
+  one ``sinfo``), so one poll serves every watched job. ``observed_at`` is taken *before* the calls: whatever
+  happened before ``observed_at`` is reflected in the snapshot.
+* Every failure is a ``ReboundError`` whose ``FailureKind`` says whether a retry can help; nothing
+  downstream parses messages.
+* Actions are idempotent where Slurm allows it, decided on a fresh observation taken just before acting (not
+  by parsing Slurm's complaint afterwards), so a retried activity never acts twice:
+
+  - ``drain_node``: already drained with the same reason -> no-op; drained with another reason -> ``NOT_OWNED``
+    and the reason is left alone (Slurm would silently overwrite it; ADR-029).
+  - ``resume_node``: not drained and not down -> no-op. Ownership is the caller's call: pass
+    ``expected_reason`` to make the adapter refuse (``NOT_OWNED``) a node drained for another reason.
+  - ``requeue_job``: already pending -> no-op; ``expected_restart_count`` given and already exceeded -> no-op
+    (the earlier attempt's requeue went through; without it, a retry after the job restarted would requeue
+    it a second time).
+  - ``set_excluded_nodes``: replaces the list; same set -> no-op. Only a pending job (or one COMPLETING its
+    requeue) can be changed: a running job -> ``SCHEDULER_REJECTED``, a race with its start -> ``SCHEDULER_BUSY``.
+  - ``release_job``: a job that is not held, or already running, is left alone. It releases any hold, an
+    operator's ``scontrol hold`` (``JobHeldAdmin``) included: callers that care check ``state_reason`` first.
+
+The safe recovery sequence on Slurm 22.05 (verified, about 1 s from requeue to RUNNING elsewhere)::
+
+    await port.requeue_job(job_id, hold=True, expected_restart_count=n)   # COMPLETING, then PENDING/JobHeldUser
+    await port.set_excluded_nodes(job_id, bad_nodes)                      # cannot race the job's restart
+    await port.release_job(job_id, start_now=True)                        # skips the cred_expire wait
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from workflows.domain.slurm import ClusterSnapshot, SlurmJob, SlurmNode
+
+__all__ = ["CompositeScheduler", "SchedulerActions", "SchedulerPort", "SchedulerReads"]
+
+
+@runtime_checkable
+class SchedulerReads(Protocol):
+    """Observations of the scheduler. Every call is a fresh observation: adapters never cache."""
+
+    async def snapshot(self) -> ClusterSnapshot:
+        """All jobs and all nodes, observed together.
+
+        Raises:
+            ReboundError: ``SCHEDULER_UNREACHABLE``, ``SCHEDULER_TIMEOUT``, ``SCHEDULER_BAD_RESPONSE`` or
+                ``CONFIGURATION``.
+        """
+        ...
+
+    async def list_jobs(self) -> tuple[SlurmJob, ...]:
+        """Every job the scheduler still lists, finished ones included until Slurm forgets them.
+
+        Raises:
+            ReboundError: As for ``snapshot``.
+        """
+        ...
+
+    async def get_job(self, job_id: int) -> SlurmJob | None:
+        """One job, or None when the scheduler does not (or no longer) know it.
+
+        Raises:
+            ReboundError: As for ``snapshot``.
+        """
+        ...
+
+    async def list_nodes(self) -> tuple[SlurmNode, ...]:
+        """Every node of the cluster.
+
+        Raises:
+            ReboundError: As for ``snapshot``.
+        """
+        ...
+
+    async def get_node(self, name: str) -> SlurmNode | None:
+        """One node, or None when the cluster has no node of that name.
+
+        Raises:
+            ReboundError: As for ``snapshot``.
+        """
+        ...
+
+    async def ping(self) -> None:
+        """Return when the scheduler's controller answers.
+
+        Raises:
+            ReboundError: ``SCHEDULER_UNREACHABLE`` when it does not; others as for ``snapshot``.
+        """
+        ...
+
+
+@runtime_checkable
+class SchedulerActions(Protocol):
+    """Changes to the scheduler's state; each is idempotent as described in the module docstring."""
+
+    async def drain_node(self, node: str, reason: str) -> None:
+        """Stop new work from being placed on ``node``; running jobs continue.
+
+        Raises:
+            ReboundError: ``NODE_NOT_FOUND``; ``NOT_OWNED`` when already drained with another reason;
+                ``SCHEDULER_REJECTED`` for an empty reason; transport kinds as for reads.
+        """
+        ...
+
+    async def resume_node(self, node: str, *, expected_reason: str | None = None) -> None:
+        """Return a drained or down node to service.
+
+        Args:
+            node: The node's Slurm name.
+            expected_reason: When given, only a node drained with exactly this reason is resumed.
+
+        Raises:
+            ReboundError: ``NODE_NOT_FOUND``; ``NOT_OWNED`` when ``expected_reason`` does not match;
+                ``SCHEDULER_REJECTED`` when Slurm refuses; transport kinds as for reads.
+        """
+        ...
+
+    async def requeue_job(self, job_id: int, *, hold: bool = False, expected_restart_count: int | None = None) -> None:
+        """Stop the job and put it back in the queue under the same id (``restart_count`` goes up by one).
+
+        Args:
+            job_id: The Slurm job id.
+            hold: Keep the requeued job from starting until ``release_job`` (``scontrol requeuehold``).
+            expected_restart_count: The ``restart_count`` the caller observed; a higher one means this
+                requeue already happened, so nothing is done.
+
+        Raises:
+            ReboundError: ``JOB_NOT_FOUND``; ``SCHEDULER_REJECTED`` for a job that may not be requeued
+                (``--no-requeue``); ``SCHEDULER_BUSY`` while Slurm cannot take it yet.
+        """
+        ...
+
+    async def set_excluded_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
+        """Replace the job's excluded nodes (an empty sequence clears them).
+
+        Raises:
+            ReboundError: ``JOB_NOT_FOUND``; ``NODE_NOT_FOUND`` for an unknown node; ``SCHEDULER_REJECTED``
+                when the job is running or finished; ``SCHEDULER_BUSY`` when it started meanwhile.
+        """
+        ...
+
+    async def release_job(self, job_id: int, *, start_now: bool = False) -> None:
+        """Release a held job; with ``start_now``, also make it eligible immediately.
+
+        ``start_now`` skips the ``cred_expire`` + 1 s that Slurm holds a requeued job (120 s by default).
+        Verified on 22.05 to start a requeued job in about 1 s, but the lab notes one "Job credential revoked"
+        failure when a job was forced onto its previous nodes within a second: use it when the job excludes
+        the nodes it left, or accept that risk.
+
+        Raises:
+            ReboundError: ``JOB_NOT_FOUND``; ``SCHEDULER_REJECTED`` for a finished job.
+        """
+        ...
+
+
+@runtime_checkable
+class SchedulerPort(SchedulerReads, SchedulerActions, Protocol):
+    """Reads and actions together: what workers hand to activities."""
+
+
+class CompositeScheduler:
+    """A ``SchedulerPort`` whose reads and actions come from different adapters (slurmrestd + scontrol).
+
+    The actions adapter also reads (to take the fresh observation that makes actions idempotent): those reads
+    go through its own backend, not through ``reads``.
+    """
+
+    def __init__(self, reads: SchedulerReads, actions: SchedulerActions) -> None:
+        self.reads = reads
+        self.actions = actions
+
+    async def snapshot(self) -> ClusterSnapshot:
+        """See ``SchedulerReads.snapshot``."""
+        return await self.reads.snapshot()
+
+    async def list_jobs(self) -> tuple[SlurmJob, ...]:
+        """See ``SchedulerReads.list_jobs``."""
+        return await self.reads.list_jobs()
+
+    async def get_job(self, job_id: int) -> SlurmJob | None:
+        """See ``SchedulerReads.get_job``."""
+        return await self.reads.get_job(job_id)
+
+    async def list_nodes(self) -> tuple[SlurmNode, ...]:
+        """See ``SchedulerReads.list_nodes``."""
+        return await self.reads.list_nodes()
+
+    async def get_node(self, name: str) -> SlurmNode | None:
+        """See ``SchedulerReads.get_node``."""
+        return await self.reads.get_node(name)
+
+    async def ping(self) -> None:
+        """See ``SchedulerReads.ping``."""
+        await self.reads.ping()
+
+    async def drain_node(self, node: str, reason: str) -> None:
+        """See ``SchedulerActions.drain_node``."""
+        await self.actions.drain_node(node, reason)
+
+    async def resume_node(self, node: str, *, expected_reason: str | None = None) -> None:
+        """See ``SchedulerActions.resume_node``."""
+        await self.actions.resume_node(node, expected_reason=expected_reason)
+
+    async def requeue_job(self, job_id: int, *, hold: bool = False, expected_restart_count: int | None = None) -> None:
+        """See ``SchedulerActions.requeue_job``."""
+        await self.actions.requeue_job(job_id, hold=hold, expected_restart_count=expected_restart_count)
+
+    async def set_excluded_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
+        """See ``SchedulerActions.set_excluded_nodes``."""
+        await self.actions.set_excluded_nodes(job_id, nodes)
+
+    async def release_job(self, job_id: int, *, start_now: bool = False) -> None:
+        """See ``SchedulerActions.release_job``."""
+        await self.actions.release_job(job_id, start_now=start_now)
