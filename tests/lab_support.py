@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.local.config import LabConfig
+from deploy.local.demo_cmd import lab_settings
 from deploy.local.lab import Lab
 from deploy.local.layout import LabLayout
+from workers.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -115,3 +117,8 @@ class LabHandle:
         for node, state in self.lab.slurm.node_states().items():
             if "drain" in state or "drng" in state or state.startswith("down"):
                 self.slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+
+
+def lab_rebound_settings(handle: LabHandle) -> Settings:
+    """Settings of a Rebound client talking to the test lab (what its worker gets)."""
+    return lab_settings(handle.lab)

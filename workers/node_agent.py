@@ -16,8 +16,8 @@ from temporalio.worker import Worker
 from activities.gpu.activities import GpuActivities
 from activities.gpu.nvml import NvmlSource
 from workers.client import connect
-from workers.settings import Settings
 from workers.lifecycle import stop_on_signals
+from workers.settings import Settings
 from workflows.constants import node_task_queue
 from workflows.domain.errors import FailureKind, ReboundError
 

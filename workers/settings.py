@@ -114,9 +114,9 @@ class Settings(BaseSettings):
 
     cluster_name: str = Field("lab", description="Name of the cluster; part of every workflow id.")
     state_dir: Path = Field(Path("./.rebound-lab"), description="Where Rebound keeps local state and reports.")
-    temporal: TemporalSettings = Field(default_factory=TemporalSettings, description="Temporal connection.")  # type: ignore[arg-type]  # all fields default
-    slurm: SlurmSettings = Field(default_factory=SlurmSettings, description="Scheduler backend.")  # type: ignore[arg-type]  # all fields default
-    node_agent: NodeAgentSettings = Field(default_factory=NodeAgentSettings, description="Node agent.")  # type: ignore[arg-type]  # ditto
+    temporal: TemporalSettings = Field(default_factory=TemporalSettings, description="Temporal connection.")
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings, description="Scheduler backend.")
+    node_agent: NodeAgentSettings = Field(default_factory=NodeAgentSettings, description="Node agent.")
     log_level: str = Field("INFO", description="Python logging level.")
 
     @classmethod

@@ -64,7 +64,10 @@ def test_taken_port_is_a_clear_error() -> None:
 def test_descendants_and_open_file_holders(tmp_path: Path) -> None:
     held = tmp_path / "held.log"
     held.write_text("")
-    script = f"import subprocess,sys,time; f=open({str(held)!r}); subprocess.Popen([sys.executable,'-c','import time; time.sleep(30)']); time.sleep(30)"
+    script = (
+        f"import subprocess,sys,time; f=open({str(held)!r}); "
+        "subprocess.Popen([sys.executable,'-c','import time; time.sleep(30)']); time.sleep(30)"
+    )
     parent = subprocess.Popen([sys.executable, "-c", script])
     try:
         import time
