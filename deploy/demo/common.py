@@ -95,6 +95,10 @@ class RunPaths:
     def rank_file(self, rank: int) -> Path:
         return self.ranks / f"rank-{rank}.json"
 
+    def progress_file(self, rank: int) -> Path:
+        """The rank's last started step (a heartbeat file, as many trainers write)."""
+        return self.ranks / f"rank-{rank}.progress"
+
     def fault_file(self, fault_id: str) -> Path:
         return self.control / f"fault-{fault_id}.json"
 
@@ -207,6 +211,8 @@ class FaultRequest(BaseModel):
     delay_s: float | None = None
     gpu: int | None = None
     xid: int | None = None
+    at_step: int | None = None
+    """Apply at the start of this step (not at once): how every rank hits the same step's bad batch."""
     created_at: str
 
     def addressed_to(self, env: RankEnv) -> bool:

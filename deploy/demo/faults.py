@@ -100,6 +100,7 @@ class FaultWatcher:
     state: FaultState = field(default_factory=FaultState)
     _last_mtime_ns: int | None = field(default=None, init=False)
     _done: set[str] = field(default_factory=set, init=False)
+    _deferred: list[FaultRequest] = field(default_factory=list, init=False)
 
     def poll(self) -> list[FaultRequest]:
         """New requests addressed to this rank and attempt, oldest first; each is returned once."""
@@ -166,8 +167,14 @@ class FaultWatcher:
             self.state.corrupt_next_batch = True
 
     def check(self, step: int) -> FaultState:
-        """Poll and apply everything new; called at the start of every step."""
-        for request in self.poll():
+        """Poll and apply everything due; called at the start of every step.
+
+        A request with ``at_step`` waits for that step, so ranks that saw it one step apart still fail together.
+        """
+        self._deferred += self.poll()
+        due = [r for r in self._deferred if r.at_step is None or r.at_step <= step]
+        self._deferred = [r for r in self._deferred if r not in due]
+        for request in due:
             self.apply(request, step)
         return self.state
 

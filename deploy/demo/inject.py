@@ -103,6 +103,7 @@ def _request_fault(
     gpu: int | None = None,
     xid: int | None = None,
     t0_override: float | None = None,
+    at_step: int | None = None,
 ) -> InjectionRecord:
     """Write a fault request for ``targets``, wait for the first ack, record the injection."""
     paths = run_paths(layout, run)
@@ -118,6 +119,7 @@ def _request_fault(
         delay_s=delay_s,
         gpu=gpu,
         xid=xid,
+        at_step=at_step,
         created_at=utc_iso(injected_at),
     )
     fault_path = paths.fault_file(fault_id)
@@ -187,7 +189,25 @@ def inject_user_bug(
 ) -> InjectionRecord:
     """Make the training code raise ``ValueError`` (shape mismatch) on ``rank``, or on every rank if ``None``."""
     targets = [live_rank(layout, run, rank)] if rank is not None else live_ranks(layout, run)
-    return _request_fault(layout, run, "user-bug", targets, rank=rank, timeout_s=timeout_s)
+    at_step = None
+    if rank is None:
+        # Ranks run in lockstep (one all_reduce per step) but may see the request one step apart: name a step
+        # a little ahead so every rank fails on the same batch, as a real bug in the data pipeline does.
+        at_step = _max_progress(layout, run) + _USER_BUG_LEAD_STEPS
+    return _request_fault(layout, run, "user-bug", targets, rank=rank, timeout_s=timeout_s, at_step=at_step)
+
+
+_USER_BUG_LEAD_STEPS = 3
+
+
+def _max_progress(layout: LabLayout, run: str) -> int:
+    steps = [0]
+    for path in run_paths(layout, run).ranks.glob("rank-*.progress"):
+        try:
+            steps.append(int(path.read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return max(steps)
 
 
 def inject_gpu_fault(

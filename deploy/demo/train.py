@@ -272,6 +272,14 @@ def write_rank_info(paths: RunPaths, env: RankEnv) -> None:
     atomic_write_json(paths.rank_file(env.rank), info)
 
 
+def write_progress(paths: RunPaths, env: RankEnv, step: int) -> None:
+    """Heartbeat file: the step this rank is starting (tmp + rename, about 0.1 ms)."""
+    target = paths.progress_file(env.rank)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(f"{step} {time.time():.3f}\n")
+    os.replace(tmp, target)
+
+
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """Train to ``args.steps``; returns the exit status. Raises whatever a fault or a dead peer raises."""
     env = RankEnv.from_environ(environ)
@@ -313,6 +321,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     for step in range(start_step + 1, args.steps + 1):
         step_started = time.monotonic()
         faults = watcher.check(step)
+        write_progress(paths, env, step)
         x, y = make_batch(args.seed, step, env.rank, args.batch_size, teacher, drop_feature=faults.corrupt_next_batch)
         check_batch(x, y)
         optimizer.zero_grad()
