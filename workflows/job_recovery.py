@@ -46,16 +46,27 @@ class JobRecoveryWorkflow:
         self._observe(first.job)
         self._set_state(RecoveryState.WATCHING, f"watching job {inp.job_id} ({first.job.state.value})")
 
-        watched = await workflow.execute_activity_method(
-            SlurmActivities.watch_job,
-            WatchJobInput(job_id=inp.job_id, poll_interval_s=inp.poll_interval_s),
-            summary=f"Watch job {inp.job_id} until it ends",
-            **SCHEDULER_WATCH,
-        )
-        job = watched.job
-        if job is None:
-            return self._end(RecoveryState.GAVE_UP, "the scheduler no longer lists the job")
-        self._observe(job)
+        job = first.job
+        while not job.state.is_terminal():
+            watched = await workflow.execute_activity_method(
+                SlurmActivities.watch_job,
+                WatchJobInput(
+                    job_id=inp.job_id,
+                    poll_interval_s=inp.poll_interval_s,
+                    last_state=job.state,
+                    last_restart_count=job.restart_count,
+                ),
+                summary=f"Watch job {inp.job_id} ({job.state.value}) for a change",
+                **SCHEDULER_WATCH,
+            )
+            if watched.job is None:
+                return self._end(RecoveryState.GAVE_UP, "the scheduler no longer lists the job")
+            if watched.job.restart_count != job.restart_count:
+                self._record(
+                    "REQUEUED", f"restart {watched.job.restart_count} ({watched.job.state_reason or 'by Slurm'})"
+                )
+            job = watched.job
+            self._observe(job)
         if job.state is JobState.COMPLETED:
             return self._end(RecoveryState.FINISHED, "the job completed")
         if job.state is JobState.CANCELLED:
@@ -82,13 +93,15 @@ class JobRecoveryWorkflow:
             [JOB_ID.value_set(str(job.job_id)), RESTART_COUNT.value_set(job.restart_count)]
         )
 
-    def _set_state(self, state: RecoveryState, detail: str) -> None:
-        entry = TimelineEntry(at=workflow.now(), event=state.value, detail=detail)
-        self._status = self._status.model_copy(
-            update={"state": state, "note": detail, "timeline": (*self._status.timeline, entry)}
-        )
-        workflow.upsert_search_attributes([RECOVERY_STATE.value_set(state.value)])
+    def _record(self, event: str, detail: str) -> None:
+        entry = TimelineEntry(at=workflow.now(), event=event, detail=detail)
+        self._status = self._status.model_copy(update={"note": detail, "timeline": (*self._status.timeline, entry)})
         workflow.set_current_details(self._details_markdown())
+
+    def _set_state(self, state: RecoveryState, detail: str) -> None:
+        self._status = self._status.model_copy(update={"state": state})
+        workflow.upsert_search_attributes([RECOVERY_STATE.value_set(state.value)])
+        self._record(state.value, detail)
 
     def _end(self, state: RecoveryState, reason: str) -> JobRecoveryResult:
         self._set_state(state, reason)

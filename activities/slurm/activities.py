@@ -28,7 +28,7 @@ class SlurmActivities:
 
     @activity.defn(name="slurm_watch_job")
     async def watch_job(self, inp: WatchJobInput) -> WatchJobResult:
-        """Poll until the job ends or disappears, heartbeating every poll so a lost worker is noticed.
+        """Poll until the job changes (state, restart count) or disappears; heartbeat every poll.
 
         The poll count travels in the heartbeat details, so a retried attempt continues the count instead of
         starting over (it re-reads the scheduler anyway: the job's state is the scheduler's, not ours).
@@ -40,10 +40,10 @@ class SlurmActivities:
                 job = await self._scheduler.get_job(inp.job_id)
             polls += 1
             activity.heartbeat(polls)
-            if job is None or _ended(job):
+            if job is None or _changed(job, inp):
                 return WatchJobResult(observed_at=datetime.now(UTC), job=job, polls=polls)
             await asyncio.sleep(inp.poll_interval_s)
 
 
-def _ended(job: SlurmJob) -> bool:
-    return job.state.is_terminal()
+def _changed(job: SlurmJob, inp: WatchJobInput) -> bool:
+    return job.state is not inp.last_state or job.restart_count != inp.last_restart_count

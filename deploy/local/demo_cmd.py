@@ -32,7 +32,7 @@ def run_demo(lab: Lab, *, follow_s: float = 45.0, min_steps: int = 10) -> int:
     print(format_status(lab.status()))
     print(f"lab is up in {took:.1f} s\n")
     run_name = time.strftime("demo-%Y%m%d-%H%M%S")
-    job_id = submit_demo(lab.cfg.layout, run_name, env=lab.slurm.env())
+    job_id = submit_demo(lab.cfg.layout, run_name, steps=1_000_000, env=lab.slurm.env())
     print(f"submitted demo training job {job_id} (run {run_name}): 2 nodes x 2 ranks, torch.distributed/gloo")
     settings = lab_settings(lab)
     asyncio.run(jobs_cli.watch(settings, job_id, poll_interval_s=2.0))

@@ -117,3 +117,33 @@ async def test_permanent_scheduler_error_is_not_retried(temporal_client: Client,
     assert isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError)
     assert cause.cause.type == "SCHEDULER_BAD_RESPONSE"
     assert sum(c.method == "get_job" for c in sched.calls) == 1  # non-retryable: exactly one attempt
+
+
+async def test_status_follows_the_job_and_records_requeues(temporal_client: Client, task_queue: str) -> None:
+    sched = FakeScheduler()
+    job = sched.submit(2, start=False)
+    async with _worker(temporal_client, task_queue, sched):
+        handle = await _start(temporal_client, task_queue, job.job_id)
+        await _until_state(handle, RecoveryState.WATCHING)
+        assert (await handle.query(JobRecoveryWorkflow.status)).job_state is JobState.PENDING
+
+        sched.schedule()
+        for _ in range(50):
+            st = await handle.query(JobRecoveryWorkflow.status)
+            if st.job_state is JobState.RUNNING:
+                break
+            await asyncio.sleep(0.1)
+        assert st.job_state is JobState.RUNNING and len(st.nodes) == 2
+
+        sched.requeue_by_slurm(job.job_id)
+        for _ in range(50):
+            st = await handle.query(JobRecoveryWorkflow.status)
+            if st.restart_count == 1:
+                break
+            await asyncio.sleep(0.1)
+        assert st.restart_count == 1
+        assert "REQUEUED" in [e.event for e in st.timeline]
+        sched.schedule()
+        sched.finish_job(job.job_id)
+        result = await asyncio.wait_for(handle.result(), timeout=20)
+    assert result.state is RecoveryState.FINISHED

@@ -79,10 +79,16 @@ class ObserveJobResult(Frozen):
 
 
 class WatchJobInput(Frozen):
-    """Watch a job until it ends (or disappears). Polls in one heartbeating activity, not a workflow loop."""
+    """Watch a job until it changes: another state, another restart, or gone.
+
+    Polls in one heartbeating activity, not a workflow timer loop: the workflow's history grows only when
+    something happened.
+    """
 
     job_id: int
     poll_interval_s: float = Field(2.0, gt=0)
+    last_state: JobState | None = None
+    last_restart_count: int = 0
 
 
 class WatchJobResult(Frozen):
