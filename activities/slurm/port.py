@@ -38,7 +38,7 @@ The safe recovery sequence on Slurm 22.05 (verified, about 1 s from requeue to R
 
     await port.requeue_job(job_id, hold=True, expected_restart_count=n)   # COMPLETING, then PENDING/JobHeldUser
     await port.set_excluded_nodes(job_id, bad_nodes)                      # cannot race the job's restart
-    await port.release_job(job_id, start_now=True)                        # skips the cred_expire wait
+    await port.release_job(job_id, start_now=old_nodes <= set(bad_nodes)) # see release_job: credentials
 """
 
 from __future__ import annotations
@@ -159,9 +159,10 @@ class SchedulerActions(Protocol):
         """Release a held job; with ``start_now``, also make it eligible immediately.
 
         ``start_now`` skips the ``cred_expire`` + 1 s that Slurm holds a requeued job (120 s by default).
-        Verified on 22.05 to start a requeued job in about 1 s, but the lab notes one "Job credential revoked"
-        failure when a job was forced onto its previous nodes within a second: use it when the job excludes
-        the nodes it left, or accept that risk.
+        Verified on 22.05 to start a requeued job in about 1 s. It is safe ONLY when the job now excludes every
+        node of its previous run: those nodes revoke the job's credential for ``cred_expire`` seconds, and a
+        start there ends the job FAILED ("Killing non-startable batch JobId=6: Job credential revoked", seen
+        when a 2-node job excluded one of its two old nodes and was forced onto the other).
 
         Raises:
             ReboundError: ``JOB_NOT_FOUND``; ``SCHEDULER_REJECTED`` for a finished job.
