@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from workflows.domain.base import Frozen
+from workflows.domain.incident import Incident, TimelineEntry
 from workflows.domain.slurm import JobState, SlurmJob
 
 
@@ -28,20 +29,25 @@ class RecoveryState(StrEnum):
         return self in (RecoveryState.FINISHED, RecoveryState.GAVE_UP)
 
 
+class RecoverySpec(Frozen):
+    """How a job wants to be recovered: from its opt-in comment, an operator selector, or the CLI."""
+
+    checkpoint_dir: str = ""
+    restart_budget: int = Field(5, ge=0, le=100)
+    policy: str = "default"
+    logs: tuple[str, ...] = ()
+    """Glob patterns of the ranks' output files; ``%j`` is the job id. Empty: the job's own stdout/stderr."""
+
+
 class JobRecoveryInput(Frozen):
     """Start (or continue-as-new) the recovery loop of one job."""
 
     cluster: str
     job_id: int = Field(gt=0)
-    poll_interval_s: float = Field(2.0, gt=0, le=300)
-
-
-class TimelineEntry(Frozen):
-    """One thing that happened to the job, as the workflow recorded it (workflow time)."""
-
-    at: datetime
-    event: str
-    detail: str = ""
+    poll_interval_s: float = Field(1.0, gt=0, le=300)
+    spec: RecoverySpec = RecoverySpec()
+    carried: JobRecoveryStatus | None = None
+    """State carried across continue-as-new; None for a fresh start."""
 
 
 class JobRecoveryStatus(Frozen):
@@ -57,6 +63,13 @@ class JobRecoveryStatus(Frozen):
     last_observed_at: datetime | None = None
     note: str = ""
     timeline: tuple[TimelineEntry, ...] = ()
+    incidents: tuple[Incident, ...] = ()
+    restarts_used: int = 0
+    restart_budget: int = 5
+    log_offsets: dict[str, int] = {}
+    """Byte offset of every rank output file read so far: a restarted watch neither re-reads nor misses lines."""
+    runs: int = 1
+    """Workflow runs so far (continue-as-new adds one)."""
 
 
 class JobRecoveryResult(Frozen):
@@ -97,3 +110,6 @@ class WatchJobResult(Frozen):
     observed_at: datetime
     job: SlurmJob | None = None
     polls: int = 0
+
+
+JobRecoveryInput.model_rebuild()

@@ -1,0 +1,125 @@
+"""What went wrong, who is to blame, what Rebound did about it: anomalies, evidence, attributions, actions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import Field
+
+from workflows.domain.base import Frozen
+from workflows.domain.gpu import GpuEvent
+
+
+class EvidenceSource(StrEnum):
+    LOGS = "logs"
+    SCHEDULER = "scheduler"
+    GPU = "gpu"
+
+
+class Evidence(Frozen):
+    """One observation that supports a finding, verbatim where it came from a log."""
+
+    source: EvidenceSource
+    text: str
+    node: str = ""
+    rank: int | None = None
+    at: datetime | None = None
+    """When it happened, if the line or record says; else when Rebound saw it."""
+
+
+class AnomalyKind(StrEnum):
+    """What detection saw (before attribution says why)."""
+
+    RANK_CRASH = "rank_crash"
+    """A rank died: non-zero exit, traceback, segfault, CUDA-style error in its output."""
+    GPU_FAULT = "gpu_fault"
+    """An XID or a lost GPU on one of the job's nodes (node agent)."""
+    NODE_FAILURE = "node_failure"
+    """One of the job's nodes is DOWN or NOT_RESPONDING, or Slurm ended/requeued the job for a node failure."""
+    JOB_FAILED = "job_failed"
+    """The scheduler says the job ended abnormally, and nothing more specific was seen yet."""
+
+
+class Anomaly(Frozen):
+    """Detection's output: something is wrong with the job, first observed at ``observed_at``."""
+
+    kind: AnomalyKind
+    observed_at: datetime
+    summary: str
+    evidence: tuple[Evidence, ...] = ()
+    gpu_events: tuple[GpuEvent, ...] = ()
+
+
+class FailureClass(StrEnum):
+    """Why the job failed, as far as attribution can tell."""
+
+    HARDWARE = "hardware"
+    INFRASTRUCTURE = "infrastructure"
+    USER = "user"
+    UNKNOWN = "unknown"
+
+
+class Attribution(Frozen):
+    """Who is to blame, with how much confidence, and whether a restart can help."""
+
+    failure_class: FailureClass
+    cause: str
+    """Short, for drain reasons and search attributes: ``xid-79``, ``node-down``, ``rank-crash``, ``user-bug``."""
+    retryable: bool
+    confidence: float = Field(ge=0, le=1)
+    implicated_nodes: tuple[str, ...] = ()
+    implicated_ranks: tuple[int, ...] = ()
+    implicated_gpus: tuple[str, ...] = ()
+    """``node:index`` of implicated GPUs."""
+    explanation: str = ""
+    evidence: tuple[Evidence, ...] = ()
+
+
+class ActionKind(StrEnum):
+    DRAIN = "drain"
+    REQUEUE = "requeue"
+
+
+class ActionRecord(Frozen):
+    """A decision recorded (with its idempotency key) before acting, then the verified result."""
+
+    key: str
+    kind: ActionKind
+    target: str
+    decided_at: datetime
+    verified_at: datetime | None = None
+    result: str = ""
+
+
+class TimelineEntry(Frozen):
+    """One thing that happened to the job, as the workflow recorded it."""
+
+    at: datetime
+    event: str
+    detail: str = ""
+    incident: int | None = None
+
+
+class Incident(Frozen):
+    """One failure of the job and Rebound's response to it, with the latencies the benchmark reads."""
+
+    number: int
+    id: str
+    """``<job id>-<number>``: also in drain reasons and idempotency keys."""
+    detected_at: datetime
+    anomaly: Anomaly
+    attribution: Attribution | None = None
+    actions: tuple[ActionRecord, ...] = ()
+    restarted_at: datetime | None = None
+    """When the last recovery action was verified (drain seen by sinfo, requeue with exclusion seen by squeue)."""
+    resumed_at: datetime | None = None
+    """When the job logged a training step after loading its checkpoint."""
+    resumed_from: str = ""
+    outcome: str = ""
+
+    @property
+    def recovery_action_s(self) -> float | None:
+        if self.restarted_at is None:
+            return None
+        return (self.restarted_at - self.detected_at).total_seconds()
