@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from workflows.domain.gpu import GpuEvent, GpuEventKind
+from workflows.domain.incident import FailureClass
+from workflows.policy.attribution import AttributionFacts, RankFinding, attribute, block_rank_layout
+
+T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+NODES = ("n1", "n2")
+LAYOUT = block_rank_layout(NODES, 4)
+
+
+def facts(**kw: object) -> AttributionFacts:
+    base: dict[str, object] = {"job_nodes": NODES, "rank_nodes": LAYOUT}
+    base.update(kw)
+    return AttributionFacts(**base)  # type: ignore[arg-type]
+
+
+def test_block_layout() -> None:
+    assert LAYOUT == {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
+    assert block_rank_layout(("a", "b"), 3) == {0: "a", 1: "a", 2: "b"}
+    assert block_rank_layout((), 4) == {}
+
+
+def test_xid_implicates_the_node_and_gpu() -> None:
+    xid = GpuEvent(kind=GpuEventKind.XID, host="n2", index=1, xid=79)
+    cuda = RankFinding(kind="cuda_error", rank=3, text="RuntimeError: CUDA error: unspecified launch failure")
+    a = attribute(facts(gpu_events=[xid], findings=[cuda]))
+    assert (a.failure_class, a.cause, a.implicated_nodes, a.implicated_gpus) == (
+        FailureClass.HARDWARE,
+        "xid-79",
+        ("n2",),
+        ("n2:1",),
+    )
+    assert a.retryable and a.confidence >= 0.9
+
+
+def test_gpu_event_on_another_node_is_ignored() -> None:
+    other = GpuEvent(kind=GpuEventKind.XID, host="n4", index=0, xid=79)
+    crash = RankFinding(kind="rank_exit", rank=1)
+    assert attribute(facts(gpu_events=[other], findings=[crash])).implicated_nodes == ("n1",)
+
+
+def test_dead_slurmd_beats_log_noise() -> None:
+    victims = [RankFinding(kind="comm_error", rank=r) for r in (0, 1)]
+    a = attribute(facts(unresponsive_nodes=["n2", "n4"], findings=victims))
+    assert (a.cause, a.implicated_nodes, a.failure_class) == ("node-down", ("n2",), FailureClass.INFRASTRUCTURE)
+
+
+def test_first_failing_rank_is_the_culprit_and_peers_are_victims() -> None:
+    findings = [
+        RankFinding(kind="comm_error", rank=0, at=T0 + timedelta(seconds=1), order=0),
+        RankFinding(kind="rank_exit", rank=2, at=T0, order=1),
+        RankFinding(kind="comm_error", rank=3, order=2),
+    ]
+    a = attribute(facts(findings=findings))
+    assert (a.cause, a.implicated_nodes, a.implicated_ranks) == ("rank-crash", ("n2",), (2,))
+    assert a.retryable and "only lost their peers" in a.explanation
+
+
+def test_user_bug_on_two_nodes_is_not_retryable_and_implicates_no_node() -> None:
+    findings = [
+        RankFinding(kind="python_exception", rank=r, exception="ValueError", text="ValueError: shape mismatch")
+        for r in range(4)
+    ]
+    a = attribute(facts(findings=findings))
+    assert a.failure_class is FailureClass.USER
+    assert not a.retryable and a.implicated_nodes == ()
+    assert a.confidence >= 0.9 and "2 nodes" in a.explanation
+
+
+def test_gloo_errors_alone_are_not_a_user_bug() -> None:
+    victims = [RankFinding(kind="comm_error", rank=r) for r in (0, 1)]
+    a = attribute(facts(findings=victims, ranks_logging=[0, 1]))
+    assert a.failure_class is not FailureClass.USER
+    assert a.implicated_nodes == ("n2",)  # ranks 2 and 3 went silent: their node is the suspect
+    assert a.confidence < 0.5
+
+
+def test_nothing_conclusive_restarts_without_exclusion() -> None:
+    a = attribute(facts())
+    assert a.retryable and a.implicated_nodes == () and a.cause == "unknown"
+
+
+def test_srun_node_failure_message() -> None:
+    a = attribute(facts(node_failure_nodes=["n1"]))
+    assert (a.cause, a.implicated_nodes) == ("node-failure", ("n1",))

@@ -1,0 +1,236 @@
+"""Attribution: from the evidence of one failure to the implicated resources and a failure class. Pure.
+
+Rules, strongest first (the first that applies decides; the rest of the evidence is kept for the record):
+
+1. A GPU fault (XID, lost GPU, double-bit ECC) on one of the job's nodes: hardware; that node and GPU.
+2. One of the job's nodes is DOWN or NOT_RESPONDING (its slurmd is dead): infrastructure; that node.
+3. Slurm reports a node failure for the job (``Node failure on nX``, NODE_FAIL): infrastructure; that node.
+4. A CUDA-style error in a rank's output: hardware; the node of that rank.
+5. A Python exception from training code (not a communication or CUDA error): the user's own bug. No node is
+   implicated and no restart can help. The same exception on ranks of different nodes makes it certain.
+6. A rank that died on its own (non-zero exit, segfault, killed): the node of the first failing rank, with
+   modest confidence. Peers that only report a broken connection are victims, never culprits.
+7. Only victims, and ranks that went silent without a word: the node of the silent ranks, low confidence.
+8. Nothing conclusive: unknown; restart without excluding anyone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from workflows.domain.gpu import GpuEvent, GpuEventKind
+from workflows.domain.incident import Attribution, Evidence, EvidenceSource, FailureClass
+
+#: What a log finding can say about a rank; mirrors the crash rules of ``activities.logs.crash``.
+CULPRIT_KINDS = frozenset({"cuda_error", "segfault", "rank_exit", "killed"})
+VICTIM_KINDS = frozenset({"comm_error"})
+
+
+@dataclass(frozen=True)
+class RankFinding:
+    """One crash finding from a rank's output, reduced to what attribution needs."""
+
+    kind: str
+    rank: int | None
+    node: str = ""
+    exception: str = ""
+    at: datetime | None = None
+    order: int = 0
+    """Position in reading order: the tie-breaker when lines carry no timestamp."""
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class AttributionFacts:
+    """Everything gathered about one failure."""
+
+    job_nodes: tuple[str, ...]
+    rank_nodes: Mapping[int, str]
+    findings: Sequence[RankFinding] = ()
+    gpu_events: Sequence[GpuEvent] = ()
+    unresponsive_nodes: Sequence[str] = ()
+    """Job nodes the scheduler shows DOWN or NOT_RESPONDING."""
+    node_failure_nodes: Sequence[str] = ()
+    """Nodes the scheduler or srun reported as failed for this job."""
+    ranks_logging: Sequence[int] = field(default_factory=tuple)
+    """Ranks that wrote any output in the failure window (to find ranks that went silent)."""
+
+
+def block_rank_layout(nodes: Sequence[str], task_count: int) -> dict[int, str]:
+    """Rank -> node for srun's default block distribution (first nodes get the extra tasks)."""
+    if not nodes or task_count <= 0:
+        return {}
+    base, extra = divmod(task_count, len(nodes))
+    layout: dict[int, str] = {}
+    rank = 0
+    for i, node in enumerate(nodes):
+        for _ in range(base + (1 if i < extra else 0)):
+            layout[rank] = node
+            rank += 1
+    return layout
+
+
+def attribute(facts: AttributionFacts) -> Attribution:
+    """Apply the rules above; see the module docstring."""
+    job_nodes = set(facts.job_nodes)
+    gpu = [e for e in facts.gpu_events if e.host in job_nodes and e.kind is not GpuEventKind.SOURCE_DOWN]
+    if gpu:
+        return _gpu_fault(gpu)
+    down = sorted(set(facts.unresponsive_nodes) & job_nodes)
+    if down:
+        return Attribution(
+            failure_class=FailureClass.INFRASTRUCTURE,
+            cause="node-down",
+            retryable=True,
+            confidence=0.9,
+            implicated_nodes=tuple(down),
+            explanation=f"slurmd on {', '.join(down)} stopped responding while the job ran there",
+            evidence=tuple(_node_evidence(n) for n in down),
+        )
+    failed = sorted(set(facts.node_failure_nodes) & job_nodes)
+    if failed:
+        return Attribution(
+            failure_class=FailureClass.INFRASTRUCTURE,
+            cause="node-failure",
+            retryable=True,
+            confidence=0.85,
+            implicated_nodes=tuple(failed),
+            explanation=f"Slurm reported a node failure on {', '.join(failed)}",
+            evidence=_evidence(f for f in facts.findings if f.kind == "node_failure"),
+        )
+    ordered = sorted(facts.findings, key=_first_key)
+    cuda = [f for f in ordered if f.kind == "cuda_error"]
+    if cuda:
+        return _culprit(cuda[0], facts, FailureClass.HARDWARE, "cuda-error", 0.8, ordered)
+    user = [f for f in ordered if f.kind == "python_exception"]
+    if user:
+        return _user_bug(user, facts)
+    culprits = [f for f in ordered if f.kind in CULPRIT_KINDS]
+    if culprits:
+        first = culprits[0]
+        cause = {"segfault": "segfault", "killed": "rank-killed"}.get(first.kind, "rank-crash")
+        return _culprit(first, facts, FailureClass.UNKNOWN, cause, 0.6, ordered)
+    victims = [f for f in ordered if f.kind in VICTIM_KINDS]
+    if victims:
+        silent = _silent_nodes(facts)
+        if silent:
+            return Attribution(
+                failure_class=FailureClass.UNKNOWN,
+                cause="ranks-vanished",
+                retryable=True,
+                confidence=0.4,
+                implicated_nodes=silent,
+                explanation=f"peers lost their connections while every rank on {', '.join(silent)} went silent",
+                evidence=_evidence(victims[:3]),
+            )
+    return Attribution(
+        failure_class=FailureClass.UNKNOWN,
+        cause="unknown",
+        retryable=True,
+        confidence=0.2,
+        explanation="the job failed without evidence that points at a node or at the code",
+        evidence=_evidence(ordered[:3]),
+    )
+
+
+def _gpu_fault(events: list[GpuEvent]) -> Attribution:
+    first = events[0]
+    cause = f"xid-{first.xid}" if first.kind is GpuEventKind.XID and first.xid else first.kind.value.replace("_", "-")
+    nodes = tuple(dict.fromkeys(e.host for e in events))
+    gpus = tuple(dict.fromkeys(f"{e.host}:{e.index}" for e in events if e.index is not None))
+    return Attribution(
+        failure_class=FailureClass.HARDWARE,
+        cause=cause,
+        retryable=True,
+        confidence=0.95,
+        implicated_nodes=nodes,
+        implicated_gpus=gpus,
+        explanation=f"{first.kind.value} on GPU {first.index} of {first.host}"
+        + (f" (XID {first.xid})" if first.xid else ""),
+        evidence=tuple(
+            Evidence(
+                source=EvidenceSource.GPU,
+                text=f"{e.kind.value} gpu={e.index} uuid={e.uuid} xid={e.xid}",
+                node=e.host,
+                at=e.observed_at,
+            )
+            for e in events[:5]
+        ),
+    )
+
+
+def _culprit(
+    first: RankFinding,
+    facts: AttributionFacts,
+    failure_class: FailureClass,
+    cause: str,
+    confidence: float,
+    ordered: list[RankFinding],
+) -> Attribution:
+    node = _node_of(first, facts)
+    victims = sorted({f.rank for f in ordered if f.kind in VICTIM_KINDS and f.rank is not None} - {first.rank})
+    detail = f"rank {first.rank} failed first ({first.kind})" if first.rank is not None else f"{first.kind}"
+    if victims:
+        detail += f"; ranks {', '.join(map(str, victims))} only lost their peers"
+    return Attribution(
+        failure_class=failure_class,
+        cause=cause,
+        retryable=True,
+        confidence=confidence if node else confidence / 2,
+        implicated_nodes=(node,) if node else (),
+        implicated_ranks=(first.rank,) if first.rank is not None else (),
+        explanation=detail + (f" on {node}" if node else "; its node is unknown"),
+        evidence=_evidence([first, *[f for f in ordered if f is not first][:4]]),
+    )
+
+
+def _user_bug(user: list[RankFinding], facts: AttributionFacts) -> Attribution:
+    exc = user[0].exception or "exception"
+    same = [f for f in user if f.exception == user[0].exception]
+    nodes = {_node_of(f, facts) for f in same} - {""}
+    ranks = sorted({f.rank for f in same if f.rank is not None})
+    where = f"ranks {', '.join(map(str, ranks))}" if ranks else "the job"
+    return Attribution(
+        failure_class=FailureClass.USER,
+        cause="user-bug",
+        retryable=False,
+        confidence=0.95 if len(nodes) > 1 else 0.75,
+        implicated_ranks=tuple(ranks),
+        explanation=f"{exc} raised by the training code on {where}"
+        + (f" across {len(nodes)} nodes" if len(nodes) > 1 else "")
+        + ": a restart would fail the same way",
+        evidence=_evidence(same[:5]),
+    )
+
+
+def _node_of(f: RankFinding, facts: AttributionFacts) -> str:
+    if f.node:
+        return f.node
+    return facts.rank_nodes.get(f.rank, "") if f.rank is not None else ""
+
+
+def _silent_nodes(facts: AttributionFacts) -> tuple[str, ...]:
+    logging = set(facts.ranks_logging)
+    silent_ranks = [r for r in facts.rank_nodes if r not in logging]
+    nodes = {facts.rank_nodes[r] for r in silent_ranks}
+    # A node counts only if all of its ranks went silent: one quiet rank is not a dead host.
+    return tuple(
+        sorted(n for n in nodes if all(r in silent_ranks for r, rn in facts.rank_nodes.items() if rn == n))
+    )
+
+
+def _first_key(f: RankFinding) -> tuple[float, int]:
+    return (f.at.timestamp() if f.at else float("inf"), f.order)
+
+
+def _node_evidence(node: str) -> Evidence:
+    return Evidence(source=EvidenceSource.SCHEDULER, text=f"node {node} is DOWN or NOT_RESPONDING", node=node)
+
+
+def _evidence(findings: Iterable[RankFinding]) -> tuple[Evidence, ...]:
+    items = list(findings)
+    return tuple(
+        Evidence(source=EvidenceSource.LOGS, text=f.text or f.kind, node=f.node, rank=f.rank, at=f.at) for f in items
+    )
