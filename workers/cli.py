@@ -36,6 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("job_id", type=int, nargs="?")
     s.add_argument("--json", action="store_true", help="machine-readable output")
 
+    t = sub.add_parser("timeline", help="a monitored job's incidents: evidence, actions, latencies")
+    t.add_argument("job_id", type=int)
+    t.add_argument("--json", action="store_true", help="machine-readable output")
+
     g = sub.add_parser("gpus", help="read a node's GPUs through its node agent")
     g.add_argument("node")
     g.add_argument("--json", action="store_true", help="machine-readable output")
@@ -75,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from workers import nodes_cli
 
             return _run_async(lambda: nodes_cli.gpus(settings, args.node, as_json=args.json))
+        if args.command == "timeline":
+            return _run_async(lambda: jobs_cli.timeline(settings, args.job_id, as_json=args.json))
         if args.command == "status":
             return _run_async(lambda: jobs_cli.status(settings, args.job_id, as_json=args.json))
     except ReboundError as e:

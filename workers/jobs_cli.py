@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
@@ -98,3 +99,56 @@ async def status(settings: Settings, job_id: int | None, *, as_json: bool) -> in
         for r in rows:
             print(f"{r['job_id']:>8}  {r['state']:<10} {r['status']:<10} {r['started']:<25} {r['workflow_id']}")
     return EXIT_OK if rows or job_id is None else EXIT_NOT_FOUND
+
+
+def _secs(a: datetime | None, b: datetime | None) -> str:
+    return f"{(b - a).total_seconds():.1f}s" if a and b else "-"
+
+
+def render_timeline(st: JobRecoveryStatus) -> str:
+    """The incident timeline of one job, with the latencies that matter to its owner."""
+    lines = [
+        f"job {st.job_id} ({st.job_name or 'unnamed'}) on {st.cluster}: {st.state.value}; "
+        f"restarts used {st.restarts_used}/{st.restart_budget}"
+    ]
+    for inc in st.incidents:
+        att = inc.attribution
+        lines.append(f"\nincident {inc.id}: {inc.anomaly.summary}")
+        lines.append(f"  detected    {inc.detected_at:%Y-%m-%d %H:%M:%S.%f}"[:-3])
+        if att is not None:
+            lines.append(
+                f"  attributed  {att.failure_class.value}/{att.cause} confidence {att.confidence:.2f} "
+                f"nodes {','.join(att.implicated_nodes) or '-'} ranks {','.join(map(str, att.implicated_ranks)) or '-'}"
+            )
+            lines.append(f"              {att.explanation}")
+            for ev in att.evidence[:4]:
+                where = f"{ev.node or ''}{f' rank {ev.rank}' if ev.rank is not None else ''}".strip()
+                lines.append(f"              [{ev.source.value}{' ' + where if where else ''}] {ev.text[:140]}")
+        for act in inc.actions:
+            lines.append(
+                f"  {act.kind.value:<10}  {act.target}: {act.result or 'decided, not yet verified'} "
+                f"(+{_secs(inc.detected_at, act.verified_at)} after detection)"
+            )
+        lines.append(
+            f"  latencies   recovery action {_secs(inc.detected_at, inc.restarted_at)}, "
+            f"resumed {_secs(inc.detected_at, inc.resumed_at)} after detection"
+            + (f" from {inc.resumed_from}" if inc.resumed_from else "")
+        )
+        if inc.outcome:
+            lines.append(f"  outcome     {inc.outcome}")
+    lines.append("\nevents:")
+    for e in st.timeline:
+        tag = f"#{e.incident} " if e.incident else ""
+        lines.append(f"  {e.at:%H:%M:%S} {e.event:<10} {tag}{e.detail}")
+    return "\n".join(lines)
+
+
+async def timeline(settings: Settings, job_id: int, *, as_json: bool) -> int:
+    """``rebound timeline JOB``."""
+    client = await connect(settings.temporal)
+    st = await query_status(client, settings, job_id)
+    if as_json:
+        print_json(st.model_dump(mode="json"))
+    else:
+        print(render_timeline(st))
+    return EXIT_OK

@@ -16,8 +16,10 @@ from temporalio.worker import Worker
 from activities.gpu.activities import GpuActivities
 from activities.gpu.nvml import NvmlSource
 from workers.client import connect
+from workers.gpu_push import push_gpu_events
 from workers.lifecycle import stop_on_signals
 from workers.settings import Settings
+from workers.wiring import build_scheduler
 from workflows.constants import node_task_queue
 from workflows.domain.errors import FailureKind, ReboundError
 
@@ -45,6 +47,9 @@ async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) 
         log.warning("GPUs of %s not readable yet (%s); every read will retry", node, e)
     gpu = GpuActivities(source)
     queue = node_task_queue(node)
+    pusher = asyncio.create_task(
+        push_gpu_events(source, build_scheduler(settings.slurm), client, settings.cluster_name, node, stop)
+    )
     try:
         async with Worker(
             client,
@@ -55,4 +60,6 @@ async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) 
             log.info("node agent for %s polling %s", node, queue)
             await stop.wait()
     finally:
+        stop.set()
+        await pusher
         source.close()

@@ -102,6 +102,24 @@ class NodeAgentSettings(_Section):
     node_name: str | None = Field(None, description="This node's Slurm name (SLURMD_NODENAME, never hostname).")
 
 
+class WatchSettings(_Section):
+    """Opt-in discovery (the ClusterWatch workflow) and the worker's shared scheduler snapshot."""
+
+    poll_interval_s: float = Field(
+        1.0, gt=0, le=300, description="How often ClusterWatch and the per-job watchers look at the shared snapshot."
+    )
+    snapshot_max_age_s: float = Field(
+        1.0,
+        ge=0,
+        le=300,
+        description="Reuse a scheduler snapshot younger than this: one squeue + one sinfo per interval per worker.",
+    )
+    policy_file: Path | None = Field(
+        None, description="TOML file of operator selectors ([[select]] tables) that opt jobs in without a comment."
+    )
+    enabled: bool = Field(True, description="Start the cluster's ClusterWatch workflow when the worker starts.")
+
+
 class Settings(BaseSettings):
     """Everything one Rebound process needs. Build once with ``Settings()`` (or ``load_settings()``)."""
 
@@ -117,6 +135,9 @@ class Settings(BaseSettings):
     temporal: TemporalSettings = Field(default_factory=TemporalSettings, description="Temporal connection.")
     slurm: SlurmSettings = Field(default_factory=SlurmSettings, description="Scheduler backend.")
     node_agent: NodeAgentSettings = Field(default_factory=NodeAgentSettings, description="Node agent.")
+    watch: WatchSettings = Field(
+        default_factory=WatchSettings, description="Opt-in discovery (ClusterWatch) and the shared scheduler snapshot."
+    )
     log_level: str = Field("INFO", description="Python logging level.")
 
     @classmethod

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from activities.slurm.cli import SlurmCliScheduler
-from activities.slurm.port import CompositeScheduler, SchedulerPort
-from workers.settings import SchedulerBackend, SlurmSettings
+from activities.slurm.port import CompositeScheduler, SchedulerPort, SchedulerReads
+from activities.slurm.snapshots import SnapshotCache
+from workers.settings import SchedulerBackend, SlurmSettings, WatchSettings
 
 
 def build_scheduler(settings: SlurmSettings) -> SchedulerPort:
@@ -30,3 +31,12 @@ def build_scheduler(settings: SlurmSettings) -> SchedulerPort:
     from activities.slurm.pyslurm_adapter import PyslurmScheduler
 
     return PyslurmScheduler()
+
+
+def build_snapshot_cache(scheduler: SchedulerReads, settings: WatchSettings) -> SnapshotCache:
+    """The worker's one shared snapshot cache: build it once and hand the same object to every watcher.
+
+    ClusterWatch's discovery and the per-job watchers all read through it, so the scheduler sees one
+    ``snapshot()`` per ``snapshot_max_age_s`` for the whole worker, however many jobs are watched.
+    """
+    return SnapshotCache(scheduler, settings.snapshot_max_age_s)

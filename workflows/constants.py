@@ -20,6 +20,11 @@ def job_workflow_id(cluster: str, job_id: int | str) -> str:
     return f"rebound/{cluster}/job/{job_id}"
 
 
+def cluster_watch_workflow_id(cluster: str) -> str:
+    """Business key of the cluster's ``ClusterWatch`` workflow: every worker starts it, one runs."""
+    return f"rebound/{cluster}/watch"
+
+
 # Custom search attributes. The SQLite visibility store allows at most 10 Keyword, 3 Int and 3 Text per
 # namespace, so every one here is deliberate. The lab registers them at server start (see deploy/local).
 JOB_ID = SearchAttributeKey.for_keyword("ReboundJobId")

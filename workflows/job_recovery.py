@@ -1,27 +1,67 @@
 """JobRecovery: one durable workflow per monitored job (id ``rebound/{cluster}/job/{job_id}``).
 
-This first slice watches the job through the scheduler port and answers ``status``; the detect -> attribute ->
-isolate -> resume loop is built on this skeleton.
+WATCHING -> DETECTED -> ATTRIBUTED -> ISOLATING -> RESTARTING -> VERIFYING -> WATCHING, ending FINISHED or GAVE_UP.
+The workflow sequences and records; activities do the I/O and ``workflows.policy`` decides. Every action is
+recorded (with its idempotency key) before it is taken, and every activity is idempotent, so a crash of the
+worker or of the Temporal server at any point leads to the action being done exactly once.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.attribution import AttributionActivities
+    from activities.gpu.activities import GpuActivities
+    from activities.slurm.actions import SlurmActionActivities
     from activities.slurm.activities import SlurmActivities
-    from workflows.constants import JOB_ID, RECOVERY_STATE, RESTART_COUNT
+    from activities.watch import WatchActivities
+    from workflows.constants import CAUSE, IMPLICATED_NODES, JOB_ID, RECOVERY_STATE, RESTART_COUNT, node_task_queue
+    from workflows.domain.gpu import GpuEvent, GpuHealthReport, NvmlReadGpuHealthInput
+    from workflows.domain.incident import (
+        ActionKind,
+        ActionRecord,
+        Anomaly,
+        AnomalyKind,
+        Attribution,
+        Incident,
+        LogFinding,
+        TimelineEntry,
+    )
+    from workflows.domain.loop import (
+        AttributeInput,
+        AttributeResult,
+        DrainInput,
+        JobWatchInput,
+        RequeueInput,
+        ResumeOutcome,
+        WaitResumeInput,
+        WatchOutcome,
+    )
     from workflows.domain.recovery import (
         JobRecoveryInput,
         JobRecoveryResult,
         JobRecoveryStatus,
         ObserveJobInput,
+        ObserveJobResult,
         RecoveryState,
-        TimelineEntry,
-        WatchJobInput,
     )
     from workflows.domain.slurm import JobState, SlurmJob
-    from workflows.options import SCHEDULER_READ, SCHEDULER_WATCH
+    from workflows.options import (
+        ATTRIBUTE,
+        CLUSTER_ACTION,
+        JOB_WATCH,
+        NODE_AGENT_QUICK_READ,
+        SCHEDULER_READ,
+        WAIT_RESUME,
+    )
+    from workflows.policy.budget import backoff_s
+
+#: Incidents kept in state across continue-as-new (older ones stay in the previous runs' histories).
+MAX_CARRIED_INCIDENTS = 20
 
 
 @workflow.defn(name="JobRecovery")
@@ -31,77 +71,332 @@ class JobRecoveryWorkflow:
     @workflow.init
     def __init__(self, inp: JobRecoveryInput) -> None:
         self._inp = inp
-        self._status = JobRecoveryStatus(cluster=inp.cluster, job_id=inp.job_id, state=RecoveryState.STARTING)
-
-    @workflow.run
-    async def run(self, inp: JobRecoveryInput) -> JobRecoveryResult:
-        first = await workflow.execute_activity_method(
-            SlurmActivities.observe_job,
-            ObserveJobInput(job_id=inp.job_id),
-            summary=f"Look up Slurm job {inp.job_id}",
-            **SCHEDULER_READ,
+        self._status = inp.carried or JobRecoveryStatus(
+            cluster=inp.cluster, job_id=inp.job_id, state=RecoveryState.STARTING, restart_budget=inp.spec.restart_budget
         )
-        if first.job is None:
-            return self._end(RecoveryState.GAVE_UP, f"Slurm does not know job {inp.job_id}")
-        self._observe(first.job)
-        self._set_state(RecoveryState.WATCHING, f"watching job {inp.job_id} ({first.job.state.value})")
+        self._gpu_events: list[GpuEvent] = []
+        self._seen_gpu_events: set[tuple[str, int | None, int | None, int]] = set()
+        # Hand-over from one incident to the next (a restarted job that fails again before training).
+        self._next_anomaly: Anomaly | None = None
+        self._next_findings: tuple[LogFinding, ...] = ()
+        self._last_job: SlurmJob | None = None
 
-        job = first.job
-        while not job.state.is_terminal():
-            watched = await workflow.execute_activity_method(
-                SlurmActivities.watch_job,
-                WatchJobInput(
-                    job_id=inp.job_id,
-                    poll_interval_s=inp.poll_interval_s,
-                    last_state=job.state,
-                    last_restart_count=job.restart_count,
-                ),
-                summary=f"Watch job {inp.job_id} ({job.state.value}) for a change",
-                **SCHEDULER_WATCH,
-            )
-            if watched.job is None:
-                return self._end(RecoveryState.GAVE_UP, "the scheduler no longer lists the job")
-            if watched.job.restart_count != job.restart_count:
-                self._record(
-                    "REQUEUED", f"restart {watched.job.restart_count} ({watched.job.state_reason or 'by Slurm'})"
-                )
-            job = watched.job
-            self._observe(job)
-        if job.state is JobState.COMPLETED:
-            return self._end(RecoveryState.FINISHED, "the job completed")
-        if job.state is JobState.CANCELLED:
-            return self._end(RecoveryState.FINISHED, "the job was cancelled by its owner")
-        self._set_state(RecoveryState.DETECTED, f"job ended {job.state.value} (exit {job.exit_code})")
-        return self._end(RecoveryState.GAVE_UP, f"job ended {job.state.value}; no recovery action is enabled")
+    # ----- messages --------------------------------------------------------------------------------------------
+    @workflow.signal(description="A node agent saw a GPU fault (XID, lost GPU, DBE) on a node this job runs on.")
+    def gpu_fault_reported(self, event: GpuEvent) -> None:
+        key = (event.host, event.index, event.xid, event.sequence)
+        if key not in self._seen_gpu_events:
+            self._seen_gpu_events.add(key)
+            self._gpu_events.append(event)
 
-    @workflow.query(description="Where the job is in the recovery loop, with its incident timeline.")
+    @workflow.query(description="Where the job is in the recovery loop, with incidents and their timeline.")
     def status(self) -> JobRecoveryStatus:
         return self._status
 
-    # ----- helpers: record, never decide -------------------------------------------------------------------
-    def _observe(self, job: SlurmJob) -> None:
-        self._status = self._status.model_copy(
-            update={
-                "job_state": job.state,
-                "job_name": job.name,
-                "nodes": job.nodes,
-                "restart_count": job.restart_count,
-                "last_observed_at": workflow.now(),
-            }
+    # ----- the loop ----------------------------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, inp: JobRecoveryInput) -> JobRecoveryResult:
+        job = await self._observe_job()
+        if job is None:
+            return self._end(RecoveryState.GAVE_UP, f"Slurm does not know job {inp.job_id}")
+        if inp.carried is None:
+            self._set_state(RecoveryState.WATCHING, f"watching job {inp.job_id} ({job.state.value})")
+        pending: Anomaly | None = None
+        findings: tuple[LogFinding, ...] = ()
+        while True:
+            if pending is None:
+                if workflow.info().is_continue_as_new_suggested():
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    workflow.continue_as_new(self._carry())
+                if job.state is JobState.COMPLETED:
+                    return self._end(RecoveryState.FINISHED, "the job completed")
+                if job.state is JobState.CANCELLED:
+                    return self._end(RecoveryState.FINISHED, "the job was cancelled by its owner")
+                watched = await self._watch(job)
+                if watched is None:
+                    return self._end(RecoveryState.GAVE_UP, "the scheduler no longer lists the job")
+                job, pending, findings = watched
+                continue
+            outcome = await self._recover(job, pending, findings)
+            if outcome is not None:
+                return outcome
+            pending, findings = self._next_anomaly, self._next_findings
+            job = self._last_job or job
+
+    async def _watch(self, job: SlurmJob) -> tuple[SlurmJob, Anomaly | None, tuple[LogFinding, ...]] | None:
+        """Wait for a change or an anomaly: the heartbeating watch, or a GPU fault signalled by a node agent."""
+        handle = workflow.start_activity_method(
+            WatchActivities.watch,
+            JobWatchInput(
+                job_id=self._inp.job_id,
+                log_patterns=self._inp.spec.logs,
+                offsets=self._status.log_offsets,
+                poll_interval_s=self._inp.poll_interval_s,
+                last_state=job.state,
+                last_restart_count=job.restart_count,
+            ),
+            summary=f"Watch job {self._inp.job_id} ({job.state.value}): scheduler, rank logs",
+            **JOB_WATCH,
+        )
+        await workflow.wait_condition(lambda: handle.done() or bool(self._gpu_events))
+        if not handle.done():
+            handle.cancel()
+            events = tuple(self._gpu_events)
+            first = events[0]
+            anomaly = Anomaly(
+                kind=AnomalyKind.GPU_FAULT,
+                observed_at=first.observed_at or workflow.now(),
+                summary=f"{first.kind.value} on {first.host} GPU {first.index}"
+                + (f" (XID {first.xid})" if first.xid else ""),
+                gpu_events=events,
+            )
+            return job, anomaly, ()
+        result = await handle
+        self._status = self._status.model_copy(update={"log_offsets": result.offsets})
+        if result.outcome is WatchOutcome.GONE or result.job is None:
+            return None
+        self._observe(result.job, keep_nodes=result.outcome is WatchOutcome.ANOMALY)
+        if result.outcome is WatchOutcome.CHANGED:
+            self._record("CHANGED", f"job is {result.job.state.value} on {','.join(result.job.nodes) or '-'}")
+            return result.job, None, ()
+        return result.job, result.anomaly, result.findings
+
+    async def _recover(
+        self, job: SlurmJob, anomaly: Anomaly, findings: tuple[LogFinding, ...]
+    ) -> JobRecoveryResult | None:
+        """One incident: attribute, isolate, restart, verify. Returns a result only when the workflow ends."""
+        self._next_anomaly, self._next_findings, self._last_job = None, (), job
+        expected_restarts = (
+            self._status.restart_count
+            if anomaly.kind is not AnomalyKind.NODE_FAILURE
+            else min(self._status.restart_count, job.restart_count)
+        )
+        number = len(self._status.incidents) + 1 + self._carried_offset()
+        incident = Incident(
+            number=number, id=f"{self._inp.job_id}-{number}", detected_at=anomaly.observed_at, anomaly=anomaly
+        )
+        self._put_incident(incident)
+        self._set_state(RecoveryState.DETECTED, anomaly.summary, incident=number)
+
+        attribution = await self._attribute(job, anomaly, findings)
+        incident = self._put_incident(incident.model_copy(update={"attribution": attribution}))
+        self._set_state(
+            RecoveryState.ATTRIBUTED,
+            f"{attribution.failure_class.value}/{attribution.cause} "
+            f"nodes={','.join(attribution.implicated_nodes) or '-'} confidence={attribution.confidence:.2f}: "
+            f"{attribution.explanation}",
+            incident=number,
         )
         workflow.upsert_search_attributes(
-            [JOB_ID.value_set(str(job.job_id)), RESTART_COUNT.value_set(job.restart_count)]
+            [CAUSE.value_set(attribution.cause), IMPLICATED_NODES.value_set(list(attribution.implicated_nodes))]
         )
+        if not attribution.retryable:
+            self._put_incident(incident.model_copy(update={"outcome": "not retryable"}))
+            return self._end(RecoveryState.GAVE_UP, f"not retryable ({attribution.cause}): {attribution.explanation}")
+        if self._status.restarts_used >= self._status.restart_budget:
+            self._put_incident(incident.model_copy(update={"outcome": "budget spent"}))
+            return self._end(
+                RecoveryState.GAVE_UP,
+                f"restart budget spent ({self._status.restarts_used}/{self._status.restart_budget})",
+            )
 
-    def _record(self, event: str, detail: str) -> None:
-        entry = TimelineEntry(at=workflow.now(), event=event, detail=detail)
-        self._status = self._status.model_copy(update={"note": detail, "timeline": (*self._status.timeline, entry)})
+        if attribution.implicated_nodes:
+            self._set_state(RecoveryState.ISOLATING, f"draining {', '.join(attribution.implicated_nodes)}", number)
+            for node in attribution.implicated_nodes:
+                incident = await self._drain(incident, node, attribution)
+
+        pause = backoff_s(self._status.restarts_used)
+        self._set_state(RecoveryState.RESTARTING, f"requeue excluding {','.join(attribution.implicated_nodes) or '-'}"
+                        + (f" after {pause:.0f} s backoff" if pause else ""), number)  # fmt: skip
+        if pause:
+            await workflow.sleep(pause, summary=f"backoff before restart {self._status.restarts_used + 1}")
+        incident = await self._requeue(incident, job, attribution, expected_restarts)
+
+        self._set_state(RecoveryState.VERIFYING, "waiting for the job to log a training step", number)
+        resumed = await workflow.execute_activity_method(
+            WatchActivities.wait_resume,
+            WaitResumeInput(
+                job_id=self._inp.job_id,
+                log_patterns=self._inp.spec.logs,
+                offsets=self._status.log_offsets,
+                expected_restart_count=self._status.restart_count,
+            ),
+            summary=f"Wait for job {self._inp.job_id} to train again",
+            **WAIT_RESUME,
+        )
+        self._status = self._status.model_copy(update={"log_offsets": resumed.offsets})
+        if resumed.job is not None:
+            self._observe(resumed.job)
+            self._last_job = resumed.job
+        if resumed.outcome is ResumeOutcome.GONE:
+            return self._end(RecoveryState.GAVE_UP, "the scheduler no longer lists the job")
+        if resumed.outcome is ResumeOutcome.FAILED_AGAIN:
+            self._put_incident(incident.model_copy(update={"outcome": "failed again before resuming"}))
+            self._next_anomaly = Anomaly(
+                kind=AnomalyKind.RANK_CRASH,
+                observed_at=resumed.observed_at,
+                summary="the restarted job failed before it trained a step",
+            )
+            return None
+        where = f" from {resumed.checkpoint}" if resumed.checkpoint else ""
+        self._put_incident(
+            incident.model_copy(
+                update={"resumed_at": resumed.observed_at, "resumed_from": resumed.checkpoint, "outcome": "resumed"}
+            )
+        )
+        self._set_state(RecoveryState.WATCHING, f"training again at step {resumed.step}{where}", number)
+        return None
+
+    # ----- steps ---------------------------------------------------------------------------------------------------
+    async def _attribute(self, job: SlurmJob, anomaly: Anomaly, findings: tuple[LogFinding, ...]) -> Attribution:
+        nodes = job.nodes or self._status.nodes
+        gpu_events = list(anomaly.gpu_events) + [e for e in self._gpu_events if e not in anomaly.gpu_events]
+        self._gpu_events.clear()
+        reports = await asyncio.gather(*(self._read_gpus(n) for n in nodes))
+        start = job.start_time
+        for report in reports:
+            if report is not None:
+                gpu_events += [
+                    e for e in report.events
+                    if (start is None or e.observed_at is None or e.observed_at >= start) and e not in gpu_events
+                ]  # fmt: skip
+        result: AttributeResult = await workflow.execute_activity_method(
+            AttributionActivities.attribute_failure,
+            AttributeInput(
+                job_id=self._inp.job_id,
+                anomaly=anomaly,
+                job_nodes=nodes,
+                task_count=job.task_count,
+                log_patterns=self._inp.spec.logs,
+                offsets=self._status.log_offsets,
+                findings=findings,
+                gpu_events=tuple(gpu_events),
+            ),
+            summary=f"Attribute: {anomaly.summary[:80]}",
+            **ATTRIBUTE,
+        )
+        self._status = self._status.model_copy(update={"log_offsets": result.offsets})
+        return result.attribution
+
+    async def _read_gpus(self, node: str) -> GpuHealthReport | None:
+        try:
+            return await workflow.execute_activity_method(
+                GpuActivities.read_gpu_health,
+                NvmlReadGpuHealthInput(event_cursor=0),
+                task_queue=node_task_queue(node),
+                summary=f"Read GPU events of {node}",
+                **NODE_AGENT_QUICK_READ,
+            )
+        except ActivityError:
+            return None  # a dead agent is no evidence either way; the scheduler has its own word on the node
+
+    async def _drain(self, incident: Incident, node: str, attribution: Attribution) -> Incident:
+        key = f"{workflow.info().workflow_id}/incident-{incident.number}/drain-{node}"
+        record = ActionRecord(key=key, kind=ActionKind.DRAIN, target=node, decided_at=workflow.now())
+        incident = self._put_incident(incident.model_copy(update={"actions": (*incident.actions, record)}))
+        self._record("DRAIN", f"{node} (decided, key {key})", incident.number)
+        done = await workflow.execute_activity_method(
+            SlurmActionActivities.drain_node,
+            DrainInput(node=node, reason=f"rebound: {incident.id} {attribution.cause}", key=key),
+            summary=f"Drain {node}: {attribution.cause}",
+            **CLUSTER_ACTION,
+        )
+        verified = record.model_copy(
+            update={"verified_at": done.verified_at, "result": "drained" if done.drained_by_us else done.detail}
+        )
+        self._record("DRAINED", f"{node}: {verified.result}", incident.number)
+        return self._replace_action(incident, verified)
+
+    async def _requeue(
+        self, incident: Incident, job: SlurmJob, attribution: Attribution, expected_restarts: int
+    ) -> Incident:
+        key = f"{workflow.info().workflow_id}/incident-{incident.number}/requeue"
+        record = ActionRecord(key=key, kind=ActionKind.REQUEUE, target=str(self._inp.job_id), decided_at=workflow.now())
+        incident = self._put_incident(incident.model_copy(update={"actions": (*incident.actions, record)}))
+        # Reserve the restart before acting: a crash after this line never grants a free extra restart.
+        self._status = self._status.model_copy(update={"restarts_used": self._status.restarts_used + 1})
+        self._record("REQUEUE", f"decided (key {key}), restart {self._status.restarts_used}", incident.number)
+        done = await workflow.execute_activity_method(
+            SlurmActionActivities.requeue_job,
+            RequeueInput(
+                job_id=self._inp.job_id,
+                exclude=attribution.implicated_nodes,
+                expected_restart_count=expected_restarts,
+                previous_nodes=job.nodes or self._status.nodes,
+                key=key,
+            ),
+            summary=f"Requeue job {self._inp.job_id} excluding {','.join(attribution.implicated_nodes) or 'nobody'}",
+            **CLUSTER_ACTION,
+        )
+        verified = record.model_copy(
+            update={
+                "verified_at": done.verified_at,
+                "result": f"{done.state.value} restart {done.restart_count} excluded {','.join(done.excluded_nodes)}",
+            }
+        )
+        self._status = self._status.model_copy(update={"restart_count": done.restart_count, "job_state": done.state})
+        workflow.upsert_search_attributes([RESTART_COUNT.value_set(done.restart_count)])
+        self._record("REQUEUED", verified.result, incident.number)
+        incident = self._replace_action(incident, verified)
+        return self._put_incident(incident.model_copy(update={"restarted_at": done.verified_at}))
+
+    async def _observe_job(self) -> SlurmJob | None:
+        first: ObserveJobResult = await workflow.execute_activity_method(
+            SlurmActivities.observe_job,
+            ObserveJobInput(job_id=self._inp.job_id),
+            summary=f"Look up Slurm job {self._inp.job_id}",
+            **SCHEDULER_READ,
+        )
+        if first.job is not None:
+            self._observe(first.job)
+            workflow.upsert_search_attributes([JOB_ID.value_set(str(first.job.job_id))])
+        return first.job
+
+    # ----- state helpers: record, never decide ------------------------------------------------------------------
+
+    def _carried_offset(self) -> int:
+        done = self._status.incidents
+        return (done[0].number - 1) if done else 0
+
+    def _carry(self) -> JobRecoveryInput:
+        st = self._status.model_copy(
+            update={"incidents": self._status.incidents[-MAX_CARRIED_INCIDENTS:], "runs": self._status.runs + 1}
+        )
+        return self._inp.model_copy(update={"carried": st})
+
+    def _observe(self, job: SlurmJob, *, keep_nodes: bool = False) -> None:
+        update: dict[str, object] = {
+            "job_state": job.state,
+            "job_name": job.name,
+            "last_observed_at": workflow.now(),
+        }
+        if job.nodes or not keep_nodes:
+            update["nodes"] = job.nodes or self._status.nodes
+        if not keep_nodes:
+            update["restart_count"] = job.restart_count
+        self._status = self._status.model_copy(update=update)
+
+    def _put_incident(self, incident: Incident) -> Incident:
+        others = tuple(i for i in self._status.incidents if i.number != incident.number)
+        self._status = self._status.model_copy(
+            update={"incidents": tuple(sorted((*others, incident), key=lambda i: i.number))}
+        )
+        return incident
+
+    def _replace_action(self, incident: Incident, action: ActionRecord) -> Incident:
+        actions = tuple(action if a.key == action.key else a for a in incident.actions)
+        return self._put_incident(incident.model_copy(update={"actions": actions}))
+
+    def _record(self, event: str, detail: str, incident: int | None = None) -> None:
+        entry = TimelineEntry(at=workflow.now(), event=event, detail=detail, incident=incident)
+        timeline = (*self._status.timeline, entry)[-200:]
+        self._status = self._status.model_copy(update={"note": detail, "timeline": timeline})
         workflow.set_current_details(self._details_markdown())
 
-    def _set_state(self, state: RecoveryState, detail: str) -> None:
+    def _set_state(self, state: RecoveryState, detail: str, incident: int | None = None) -> None:
         self._status = self._status.model_copy(update={"state": state})
         workflow.upsert_search_attributes([RECOVERY_STATE.value_set(state.value)])
-        self._record(state.value, detail)
+        self._record(state.value, detail, incident)
 
     def _end(self, state: RecoveryState, reason: str) -> JobRecoveryResult:
         self._set_state(state, reason)
@@ -109,10 +404,10 @@ class JobRecoveryWorkflow:
 
     def _details_markdown(self) -> str:
         st = self._status
-        rows = "\n".join(f"| {e.at:%H:%M:%S} | {e.event} | {e.detail} |" for e in st.timeline)
+        rows = "\n".join(f"| {e.at:%H:%M:%S} | {e.event} | {e.detail[:160]} |" for e in st.timeline[-25:])
         return (
             f"## Job {st.job_id} ({st.job_name or 'unnamed'}): **{st.state.value}**\n\n"
             f"- Slurm state: {st.job_state.value if st.job_state else 'unknown'}\n"
-            f"- nodes: {', '.join(st.nodes) or '-'}; restarts: {st.restart_count}\n\n"
+            f"- nodes: {', '.join(st.nodes) or '-'}; restarts used: {st.restarts_used}/{st.restart_budget}\n\n"
             f"| time (UTC) | event | detail |\n|---|---|---|\n{rows}\n"
         )

@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.common import RetryPolicy
+from temporalio.workflow import ActivityCancellationType
 
 from workflows.domain.errors import FailureKind
 
@@ -44,6 +45,76 @@ NODE_AGENT_READ: dict[str, Any] = {
     "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=1),
         maximum_attempts=3,
+        non_retryable_error_types=_PERMANENT,
+    ),
+}
+
+#: The per-job detector: long, heartbeating every poll, cancelled when a GPU fault arrives by signal.
+JOB_WATCH: dict[str, Any] = {
+    **SCHEDULER_WATCH,
+    "cancellation_type": ActivityCancellationType.TRY_CANCEL,
+}
+
+#: Evidence gathering: a settle window plus corroboration, well under a minute.
+ATTRIBUTE: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(seconds=60),
+    "heartbeat_timeout": timedelta(seconds=10),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1), maximum_attempts=3, non_retryable_error_types=_PERMANENT
+    ),
+}
+
+#: A cluster action (drain, requeue): quick, idempotent, retried briefly while Slurm says "not yet"
+#: (a requeued job still COMPLETING) - the verification inside raises SCHEDULER_BUSY until it sees the result.
+CLUSTER_ACTION: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(milliseconds=500),
+        backoff_coefficient=1.5,
+        maximum_interval=timedelta(seconds=5),
+        maximum_attempts=20,
+        non_retryable_error_types=_PERMANENT,
+    ),
+}
+
+#: Waiting for the restarted job's first training step: long, heartbeating.
+WAIT_RESUME: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(minutes=30),
+    "heartbeat_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1), maximum_attempts=5, non_retryable_error_types=_PERMANENT
+    ),
+}
+
+#: A best-effort read of a node's GPUs during attribution: a dead agent must not stall the recovery.
+NODE_AGENT_QUICK_READ: dict[str, Any] = {
+    "schedule_to_start_timeout": timedelta(seconds=2),
+    "start_to_close_timeout": timedelta(seconds=5),
+    "retry_policy": RetryPolicy(maximum_attempts=1),
+}
+
+#: ClusterWatch's discovery: one heartbeating activity that returns when opted-in jobs appear or known ones end
+#: (or after its max wait, at most 30 min). A scheduler outage is ridden out; permanent kinds stop the attempt.
+CLUSTER_DISCOVERY: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(hours=1),
+    "heartbeat_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=0,  # unlimited: an outage must not stop discovery; permanent kinds still end the attempt
+        non_retryable_error_types=_PERMANENT,
+    ),
+}
+
+#: Starting a workflow through the Temporal client (idempotent: the id is the business key).
+TEMPORAL_START: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=5,
         non_retryable_error_types=_PERMANENT,
     ),
 }

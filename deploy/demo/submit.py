@@ -107,6 +107,7 @@ def submit_demo(
     python: str | None = None,
     sbatch: str = "sbatch",
     timeout_s: float = 30.0,
+    opt_in: bool = True,
 ) -> int:
     """Create the run's directories and submit the demo job; returns the Slurm job id.
 
@@ -124,6 +125,8 @@ def submit_demo(
         python: the ranks' interpreter (default: this one).
         sbatch: the sbatch executable.
         timeout_s: how long sbatch may take.
+        opt_in: ask Rebound to keep the job running, through Slurm itself: ``--comment`` carries the spec
+            (checkpoint directory, the ranks' log files), as any user would write it.
 
     Raises:
         ValueError: invalid run name.
@@ -131,6 +134,9 @@ def submit_demo(
     """
     paths = RunPaths(layout.run_dir(validate_run_name(run)))
     paths.ensure()
+    if opt_in:
+        spec = f"rebound: ckpt={paths.checkpoints};logs={paths.logs}/job-%j-*.log"
+        extra_sbatch_args = (f"--comment={spec}", *extra_sbatch_args)
     cmd = sbatch_command(
         layout,
         run,

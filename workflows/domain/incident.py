@@ -123,3 +123,17 @@ class Incident(Frozen):
         if self.restarted_at is None:
             return None
         return (self.restarted_at - self.detected_at).total_seconds()
+
+
+class LogFinding(Frozen):
+    """One crash finding from a rank's output, as attribution needs it (kinds: see ``activities.logs.crash``)."""
+
+    kind: str
+    rank: int | None = None
+    node: str = ""
+    exception: str = ""
+    at: datetime | None = None
+    order: int = 0
+    """Position in reading order: the tie-breaker when lines carry no timestamp."""
+    text: str = ""
+    culprit: bool = False

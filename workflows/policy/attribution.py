@@ -18,28 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from workflows.domain.gpu import GpuEvent, GpuEventKind
-from workflows.domain.incident import Attribution, Evidence, EvidenceSource, FailureClass
+from workflows.domain.incident import Attribution, Evidence, EvidenceSource, FailureClass, LogFinding
 
-#: What a log finding can say about a rank; mirrors the crash rules of ``activities.logs.crash``.
-CULPRIT_KINDS = frozenset({"cuda_error", "segfault", "rank_exit", "killed"})
-VICTIM_KINDS = frozenset({"comm_error"})
-
-
-@dataclass(frozen=True)
-class RankFinding:
-    """One crash finding from a rank's output, reduced to what attribution needs."""
-
-    kind: str
-    rank: int | None
-    node: str = ""
-    exception: str = ""
-    at: datetime | None = None
-    order: int = 0
-    """Position in reading order: the tie-breaker when lines carry no timestamp."""
-    text: str = ""
+#: Finding kinds (``activities.logs.crash``) that point at the GPU and at the code.
+GPU_KINDS = frozenset({"cuda_error", "xid"})
+USER_KINDS = frozenset({"python_exception"})
 
 
 @dataclass(frozen=True)
@@ -48,7 +33,7 @@ class AttributionFacts:
 
     job_nodes: tuple[str, ...]
     rank_nodes: Mapping[int, str]
-    findings: Sequence[RankFinding] = ()
+    findings: Sequence[LogFinding] = ()
     gpu_events: Sequence[GpuEvent] = ()
     unresponsive_nodes: Sequence[str] = ()
     """Job nodes the scheduler shows DOWN or NOT_RESPONDING."""
@@ -101,18 +86,20 @@ def attribute(facts: AttributionFacts) -> Attribution:
             evidence=_evidence(f for f in facts.findings if f.kind == "node_failure"),
         )
     ordered = sorted(facts.findings, key=_first_key)
-    cuda = [f for f in ordered if f.kind == "cuda_error"]
+    cuda = [f for f in ordered if f.kind in GPU_KINDS]
     if cuda:
         return _culprit(cuda[0], facts, FailureClass.HARDWARE, "cuda-error", 0.8, ordered)
-    user = [f for f in ordered if f.kind == "python_exception"]
+    user = [f for f in ordered if f.kind in USER_KINDS]
     if user:
         return _user_bug(user, facts)
-    culprits = [f for f in ordered if f.kind in CULPRIT_KINDS]
+    culprits = [f for f in ordered if f.culprit and f.kind not in GPU_KINDS | USER_KINDS]
     if culprits:
         first = culprits[0]
-        cause = {"segfault": "segfault", "killed": "rank-killed"}.get(first.kind, "rank-crash")
+        cause = {"segfault": "segfault", "killed": "rank-killed", "fatal_signal": "fatal-signal"}.get(
+            first.kind, "rank-crash"
+        )
         return _culprit(first, facts, FailureClass.UNKNOWN, cause, 0.6, ordered)
-    victims = [f for f in ordered if f.kind in VICTIM_KINDS]
+    victims = [f for f in ordered if not f.culprit]
     if victims:
         silent = _silent_nodes(facts)
         if silent:
@@ -162,15 +149,15 @@ def _gpu_fault(events: list[GpuEvent]) -> Attribution:
 
 
 def _culprit(
-    first: RankFinding,
+    first: LogFinding,
     facts: AttributionFacts,
     failure_class: FailureClass,
     cause: str,
     confidence: float,
-    ordered: list[RankFinding],
+    ordered: list[LogFinding],
 ) -> Attribution:
     node = _node_of(first, facts)
-    victims = sorted({f.rank for f in ordered if f.kind in VICTIM_KINDS and f.rank is not None} - {first.rank})
+    victims = sorted({f.rank for f in ordered if not f.culprit and f.rank is not None} - {first.rank})
     detail = f"rank {first.rank} failed first ({first.kind})" if first.rank is not None else f"{first.kind}"
     if victims:
         detail += f"; ranks {', '.join(map(str, victims))} only lost their peers"
@@ -186,7 +173,7 @@ def _culprit(
     )
 
 
-def _user_bug(user: list[RankFinding], facts: AttributionFacts) -> Attribution:
+def _user_bug(user: list[LogFinding], facts: AttributionFacts) -> Attribution:
     exc = user[0].exception or "exception"
     same = [f for f in user if f.exception == user[0].exception]
     nodes = {_node_of(f, facts) for f in same} - {""}
@@ -205,7 +192,7 @@ def _user_bug(user: list[RankFinding], facts: AttributionFacts) -> Attribution:
     )
 
 
-def _node_of(f: RankFinding, facts: AttributionFacts) -> str:
+def _node_of(f: LogFinding, facts: AttributionFacts) -> str:
     if f.node:
         return f.node
     return facts.rank_nodes.get(f.rank, "") if f.rank is not None else ""
@@ -216,12 +203,10 @@ def _silent_nodes(facts: AttributionFacts) -> tuple[str, ...]:
     silent_ranks = [r for r in facts.rank_nodes if r not in logging]
     nodes = {facts.rank_nodes[r] for r in silent_ranks}
     # A node counts only if all of its ranks went silent: one quiet rank is not a dead host.
-    return tuple(
-        sorted(n for n in nodes if all(r in silent_ranks for r, rn in facts.rank_nodes.items() if rn == n))
-    )
+    return tuple(sorted(n for n in nodes if all(r in silent_ranks for r, rn in facts.rank_nodes.items() if rn == n)))
 
 
-def _first_key(f: RankFinding) -> tuple[float, int]:
+def _first_key(f: LogFinding) -> tuple[float, int]:
     return (f.at.timestamp() if f.at else float("inf"), f.order)
 
 
@@ -229,7 +214,7 @@ def _node_evidence(node: str) -> Evidence:
     return Evidence(source=EvidenceSource.SCHEDULER, text=f"node {node} is DOWN or NOT_RESPONDING", node=node)
 
 
-def _evidence(findings: Iterable[RankFinding]) -> tuple[Evidence, ...]:
+def _evidence(findings: Iterable[LogFinding]) -> tuple[Evidence, ...]:
     items = list(findings)
     return tuple(
         Evidence(source=EvidenceSource.LOGS, text=f.text or f.kind, node=f.node, rank=f.rank, at=f.at) for f in items

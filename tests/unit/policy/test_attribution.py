@@ -3,8 +3,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from workflows.domain.gpu import GpuEvent, GpuEventKind
-from workflows.domain.incident import FailureClass
-from workflows.policy.attribution import AttributionFacts, RankFinding, attribute, block_rank_layout
+from workflows.domain.incident import FailureClass, LogFinding
+from workflows.policy.attribution import AttributionFacts, attribute, block_rank_layout
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 NODES = ("n1", "n2")
@@ -25,7 +25,9 @@ def test_block_layout() -> None:
 
 def test_xid_implicates_the_node_and_gpu() -> None:
     xid = GpuEvent(kind=GpuEventKind.XID, host="n2", index=1, xid=79)
-    cuda = RankFinding(kind="cuda_error", rank=3, text="RuntimeError: CUDA error: unspecified launch failure")
+    cuda = LogFinding(
+        kind="cuda_error", rank=3, culprit=True, text="RuntimeError: CUDA error: unspecified launch failure"
+    )
     a = attribute(facts(gpu_events=[xid], findings=[cuda]))
     assert (a.failure_class, a.cause, a.implicated_nodes, a.implicated_gpus) == (
         FailureClass.HARDWARE,
@@ -38,21 +40,21 @@ def test_xid_implicates_the_node_and_gpu() -> None:
 
 def test_gpu_event_on_another_node_is_ignored() -> None:
     other = GpuEvent(kind=GpuEventKind.XID, host="n4", index=0, xid=79)
-    crash = RankFinding(kind="rank_exit", rank=1)
+    crash = LogFinding(kind="rank_exit", rank=1, culprit=True)
     assert attribute(facts(gpu_events=[other], findings=[crash])).implicated_nodes == ("n1",)
 
 
 def test_dead_slurmd_beats_log_noise() -> None:
-    victims = [RankFinding(kind="comm_error", rank=r) for r in (0, 1)]
+    victims = [LogFinding(kind="comm_error", rank=r) for r in (0, 1)]
     a = attribute(facts(unresponsive_nodes=["n2", "n4"], findings=victims))
     assert (a.cause, a.implicated_nodes, a.failure_class) == ("node-down", ("n2",), FailureClass.INFRASTRUCTURE)
 
 
 def test_first_failing_rank_is_the_culprit_and_peers_are_victims() -> None:
     findings = [
-        RankFinding(kind="comm_error", rank=0, at=T0 + timedelta(seconds=1), order=0),
-        RankFinding(kind="rank_exit", rank=2, at=T0, order=1),
-        RankFinding(kind="comm_error", rank=3, order=2),
+        LogFinding(kind="comm_error", rank=0, at=T0 + timedelta(seconds=1), order=0),
+        LogFinding(kind="rank_exit", rank=2, at=T0, order=1, culprit=True),
+        LogFinding(kind="comm_error", rank=3, order=2),
     ]
     a = attribute(facts(findings=findings))
     assert (a.cause, a.implicated_nodes, a.implicated_ranks) == ("rank-crash", ("n2",), (2,))
@@ -61,7 +63,9 @@ def test_first_failing_rank_is_the_culprit_and_peers_are_victims() -> None:
 
 def test_user_bug_on_two_nodes_is_not_retryable_and_implicates_no_node() -> None:
     findings = [
-        RankFinding(kind="python_exception", rank=r, exception="ValueError", text="ValueError: shape mismatch")
+        LogFinding(
+            kind="python_exception", rank=r, exception="ValueError", text="ValueError: shape mismatch", culprit=True
+        )
         for r in range(4)
     ]
     a = attribute(facts(findings=findings))
@@ -71,7 +75,7 @@ def test_user_bug_on_two_nodes_is_not_retryable_and_implicates_no_node() -> None
 
 
 def test_gloo_errors_alone_are_not_a_user_bug() -> None:
-    victims = [RankFinding(kind="comm_error", rank=r) for r in (0, 1)]
+    victims = [LogFinding(kind="comm_error", rank=r) for r in (0, 1)]
     a = attribute(facts(findings=victims, ranks_logging=[0, 1]))
     assert a.failure_class is not FailureClass.USER
     assert a.implicated_nodes == ("n2",)  # ranks 2 and 3 went silent: their node is the suspect

@@ -1,0 +1,76 @@
+"""The attribution activity: gathers evidence around an anomaly, then applies the pure rules."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+from temporalio import activity
+
+from activities.errors import classified_errors
+from activities.logs.crash import scan
+from activities.logs.tail import LogTail
+from activities.slurm.port import SchedulerReads
+from activities.watch import log_patterns, to_findings, unresponsive
+from workflows.domain.incident import Attribution, LogFinding
+from workflows.domain.loop import AttributeInput, AttributeResult
+from workflows.domain.slurm import ClusterSnapshot
+from workflows.policy.attribution import AttributionFacts, attribute, block_rank_layout
+
+#: Attributions that rest on silence or on nothing: worth waiting for the scheduler's word on the nodes.
+_WEAK_CAUSES = frozenset({"ranks-vanished", "unknown"})
+
+
+class AttributionActivities:
+    """Bound to the scheduler port: attribution reads a fresh cluster state, not the shared snapshot."""
+
+    def __init__(self, scheduler: SchedulerReads) -> None:
+        self._scheduler = scheduler
+
+    @activity.defn(name="attribute_failure")
+    async def attribute_failure(self, inp: AttributeInput) -> AttributeResult:
+        """Collect late log lines for ``settle_s``, read node states, attribute; corroborate weak verdicts."""
+        findings = list(inp.findings)
+        offsets = dict(inp.offsets)
+        ranks_logging: set[int] = {f.rank for f in findings if f.rank is not None}
+        with classified_errors():
+            snap = await self._scheduler.snapshot()
+        job = snap.job(inp.job_id)
+        tail = LogTail(log_patterns(inp.log_patterns, job, inp.job_id))
+        deadline = time.monotonic() + inp.settle_s
+        while True:
+            lines, offsets = await asyncio.to_thread(tail.read_new, offsets)
+            ranks_logging |= {line.rank for line in lines if line.rank is not None}
+            findings += to_findings(scan(lines), start_order=len(findings))
+            activity.heartbeat()
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.2)
+
+        verdict = self._attribute(inp, snap, findings, ranks_logging)
+        deadline = time.monotonic() + inp.corroborate_s
+        while verdict.cause in _WEAK_CAUSES and time.monotonic() < deadline:
+            # Only silence points at a node: a dead host shows up as NOT_RESPONDING within SlurmdTimeout.
+            await asyncio.sleep(0.5)
+            activity.heartbeat()
+            with classified_errors():
+                snap = await self._scheduler.snapshot()
+            verdict = self._attribute(inp, snap, findings, ranks_logging)
+        return AttributeResult(attribution=verdict, offsets=offsets, findings=tuple(findings))
+
+    def _attribute(
+        self, inp: AttributeInput, snap: ClusterSnapshot, findings: list[LogFinding], ranks_logging: set[int]
+    ) -> Attribution:
+        nodes = inp.job_nodes
+        since = inp.anomaly.observed_at - timedelta(minutes=5)
+        facts = AttributionFacts(
+            job_nodes=nodes,
+            rank_nodes=block_rank_layout(nodes, inp.task_count),
+            findings=findings,
+            gpu_events=[e for e in inp.gpu_events if e.observed_at is None or e.observed_at >= since],
+            unresponsive_nodes=unresponsive(snap, nodes),
+            node_failure_nodes=[f.node for f in findings if f.kind == "node_failure" and f.node],
+            ranks_logging=sorted(ranks_logging),
+        )
+        return attribute(facts)

@@ -1,0 +1,211 @@
+"""ClusterWatch's activities: find opted-in jobs in the shared snapshot, and start their JobRecovery workflows.
+
+Discovery polls the worker's ``SnapshotCache`` (shared with the per-job watchers, so it adds no scheduler calls
+of its own) inside one heartbeating activity, and returns only when something changed: the workflow's history
+grows with events, not with polls. Starting goes through the Temporal client with the job's business-key id and
+``USE_EXISTING``, so starting a job twice, from two workers or after a retry, is a no-op.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.errors import classified_errors
+from activities.slurm.snapshots import SnapshotCache
+from workflows.constants import CLUSTER, JOB_ID, job_workflow_id
+from workflows.domain.discovery import (
+    DiscoveredJob,
+    DiscoverJobsInput,
+    DiscoverJobsResult,
+    RejectedOptIn,
+    StartJobRecoveryInput,
+    StartJobRecoveryResult,
+)
+from workflows.domain.errors import FailureKind, ReboundError
+from workflows.domain.recovery import JobRecoveryInput
+from workflows.domain.slurm import ClusterSnapshot, JobState
+from workflows.policy.optin import JobSelector, OptInError, spec_for
+
+__all__ = ["JOB_RECOVERY_WORKFLOW", "DiscoveryActivities", "StartJobRecovery", "TemporalJobRecoveryStarter"]
+
+#: The JobRecovery workflow's type name. Activities never import workflow classes (STYLE.md section 9.11).
+JOB_RECOVERY_WORKFLOW = "JobRecovery"
+
+#: Jobs discovery considers new; jobs already known stay known while ``JobState.is_active()``.
+DISCOVERABLE_STATES = (JobState.PENDING, JobState.RUNNING)
+
+#: Starts one job's JobRecovery; injected so tests (and other front ends) can replace the Temporal client.
+StartJobRecovery = Callable[[StartJobRecoveryInput], Awaitable[StartJobRecoveryResult]]
+
+# Temporal answers that mean "not now" rather than "never".
+_TRANSIENT_RPC = frozenset(
+    {
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+        RPCStatusCode.ABORTED,
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.UNKNOWN,
+    }
+)
+
+
+class TemporalJobRecoveryStarter:
+    """Starts JobRecovery workflows through a Temporal client, as ``rebound watch`` does."""
+
+    def __init__(self, client: Client, *, task_queue: str, poll_interval_s: float = 1.0) -> None:
+        """Bind the starter.
+
+        Args:
+            client: A client with the pydantic data converter.
+            task_queue: Where the JobRecovery workflows run (the central worker's queue).
+            poll_interval_s: How often each job's watcher looks at the shared snapshot.
+        """
+        self._client = client
+        self._task_queue = task_queue
+        self._poll_interval_s = poll_interval_s
+
+    async def __call__(self, inp: StartJobRecoveryInput) -> StartJobRecoveryResult:
+        """Start the job's JobRecovery, or find the one already running.
+
+        Raises:
+            ReboundError: ``TEMPORAL_UNREACHABLE`` when Temporal does not answer now; ``CONFIGURATION`` when it
+                refuses the request (an unregistered search attribute, a missing permission).
+        """
+        wf_id = job_workflow_id(inp.cluster, inp.job_id)
+        # Built and validated here: a payload that fails to decode would wedge the workflow task, not fail it.
+        args = JobRecoveryInput(
+            cluster=inp.cluster, job_id=inp.job_id, poll_interval_s=self._poll_interval_s, spec=inp.spec
+        )
+        try:
+            handle = await self._client.start_workflow(
+                JOB_RECOVERY_WORKFLOW,
+                args,
+                id=wf_id,
+                task_queue=self._task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                search_attributes=TypedSearchAttributes(
+                    [SearchAttributePair(JOB_ID, str(inp.job_id)), SearchAttributePair(CLUSTER, inp.cluster)]
+                ),
+                static_summary=f"Rebound: keep Slurm job {inp.job_id} on {inp.cluster} making progress (opted in)",
+            )
+        except WorkflowAlreadyStartedError as e:  # only under a stricter id reuse policy than ours; still done
+            return StartJobRecoveryResult(workflow_id=wf_id, run_id=e.run_id)
+        except RPCError as e:
+            kind = FailureKind.TEMPORAL_UNREACHABLE if e.status in _TRANSIENT_RPC else FailureKind.CONFIGURATION
+            raise ReboundError(kind, f"starting {wf_id} failed: {e.status.name}: {e.message}") from e
+        return StartJobRecoveryResult(workflow_id=wf_id, run_id=handle.result_run_id)
+
+
+class DiscoveryActivities:
+    """Discovery and JobRecovery starts for one worker, bound to its snapshot cache and the operator's selectors."""
+
+    def __init__(
+        self,
+        snapshots: SnapshotCache,
+        selectors: Sequence[JobSelector] = (),
+        client: Client | None = None,
+        *,
+        task_queue: str = "",
+        poll_interval_s: float = 1.0,
+        start: StartJobRecovery | None = None,
+    ) -> None:
+        """Bind the activities.
+
+        Args:
+            snapshots: The worker's shared snapshot cache.
+            selectors: Operator selectors (``workers.discovery.load_selectors``), in priority order.
+            client: The Temporal client that starts JobRecovery workflows (unless ``start`` is given).
+            task_queue: The JobRecovery workflows' task queue (with ``client``).
+            poll_interval_s: How often discovery, and each started job's watcher, look at the snapshot.
+            start: Replaces the client-based start (tests).
+
+        Raises:
+            ValueError: Neither ``client`` nor ``start`` was given, or ``poll_interval_s`` is not positive.
+        """
+        if start is None:
+            if client is None:
+                raise ValueError("DiscoveryActivities needs a Temporal client or a start function")
+            start = TemporalJobRecoveryStarter(client, task_queue=task_queue, poll_interval_s=poll_interval_s)
+        if poll_interval_s <= 0:
+            raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")
+        self._snapshots = snapshots
+        self._selectors = tuple(selectors)
+        self._start = start
+        self._poll_interval_s = poll_interval_s
+        self._warned: dict[int, str] = {}
+        """Job id -> the malformed comment already warned about (a changed comment warns again)."""
+
+    @activity.defn(name="discovery_find_jobs")
+    async def discover_jobs(self, inp: DiscoverJobsInput) -> DiscoverJobsResult:
+        """Poll the shared snapshot until new opted-in active jobs appear, known jobs end, or the wait runs out.
+
+        Heartbeats every poll (the poll count travels in the details, so a retried attempt keeps counting). A
+        malformed opt-in comment is logged once per job and the job skipped.
+
+        Raises:
+            ApplicationError: The scheduler could not be read (retried by Temporal for transient kinds).
+        """
+        details = activity.info().heartbeat_details
+        polls = int(details[0]) if details else 0
+        known = frozenset(inp.known)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + inp.max_wait_s
+        while True:
+            with classified_errors():
+                snapshot = await self._snapshots.get()
+            polls += 1
+            activity.heartbeat(polls)
+            new, rejected = self._scan(snapshot, known)
+            gone = _gone(snapshot, known)
+            if new or gone or loop.time() >= deadline:
+                return DiscoverJobsResult(
+                    observed_at=snapshot.observed_at, new=new, gone=gone, rejected=rejected, polls=polls
+                )
+            await asyncio.sleep(self._poll_interval_s)
+
+    @activity.defn(name="temporal_start_job_recovery")
+    async def start_job_recovery(self, inp: StartJobRecoveryInput) -> StartJobRecoveryResult:
+        """Start the job's JobRecovery workflow; a no-op when it already runs (business-key id, USE_EXISTING).
+
+        Raises:
+            ApplicationError: ``TEMPORAL_UNREACHABLE`` (retried) or ``CONFIGURATION`` (not retried).
+        """
+        with classified_errors():
+            return await self._start(inp)
+
+    def _scan(
+        self, snapshot: ClusterSnapshot, known: frozenset[int]
+    ) -> tuple[tuple[DiscoveredJob, ...], tuple[RejectedOptIn, ...]]:
+        new: list[DiscoveredJob] = []
+        rejected: list[RejectedOptIn] = []
+        for job in snapshot.jobs:
+            if job.job_id in known or job.state not in DISCOVERABLE_STATES:
+                continue
+            try:
+                spec = spec_for(job, self._selectors)
+            except OptInError as e:
+                rejected.append(RejectedOptIn(job_id=job.job_id, reason=str(e)))
+                if self._warned.get(job.job_id) != job.comment:
+                    self._warned[job.job_id] = job.comment
+                    activity.logger.warning("job %s is not monitored: %s (comment %r)", job.job_id, e, job.comment)
+                continue
+            if spec is not None:
+                new.append(DiscoveredJob(job_id=job.job_id, name=job.name, user=job.user, state=job.state, spec=spec))
+        # Forget warnings about jobs the scheduler no longer lists, so the memory stays bounded.
+        listed = {job.job_id for job in snapshot.jobs}
+        for job_id in [j for j in self._warned if j not in listed]:
+            del self._warned[job_id]
+        return tuple(new), tuple(rejected)
+
+
+def _gone(snapshot: ClusterSnapshot, known: frozenset[int]) -> tuple[int, ...]:
+    active = {job.job_id for job in snapshot.jobs if job.state.is_active()}
+    return tuple(sorted(known - active))

@@ -1,0 +1,107 @@
+"""Recovery actions on the scheduler: each idempotent, each verified against a fresh observation."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from temporalio import activity
+
+from activities.errors import classified_errors
+from activities.slurm.port import SchedulerPort
+from workflows.domain.errors import FailureKind, ReboundError
+from workflows.domain.loop import DrainInput, DrainResult, RequeueInput, RequeueResult
+from workflows.domain.slurm import JobState, SlurmJob
+
+log = logging.getLogger(__name__)
+
+#: Every drain reason Rebound sets starts with this: the mark of ownership. Only such drains are ever resumed.
+REASON_PREFIX = "rebound:"
+
+_WAITING_OR_RUNNING = (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING)
+
+
+class SlurmActionActivities:
+    """Drain and requeue, bound to the worker's scheduler port."""
+
+    def __init__(self, scheduler: SchedulerPort) -> None:
+        self._scheduler = scheduler
+
+    @activity.defn(name="slurm_drain_node")
+    async def drain_node(self, inp: DrainInput) -> DrainResult:
+        """Drain ``inp.node`` with Rebound's reason, unless someone else drained it; verify with a fresh read.
+
+        A retried call changes nothing: the port's drain is a no-op when the node already carries our reason.
+        """
+        if not inp.reason.startswith(REASON_PREFIX):
+            raise ReboundError(FailureKind.CONFIGURATION, f"drain reason must start with {REASON_PREFIX!r}")
+        log.info("drain %s (%s) key=%s", inp.node, inp.reason, inp.key)
+        with classified_errors():
+            try:
+                await self._scheduler.drain_node(inp.node, inp.reason)
+            except ReboundError as e:
+                if e.kind is not FailureKind.NOT_OWNED:
+                    raise
+                node = await self._scheduler.get_node(inp.node)
+                return DrainResult(
+                    node=inp.node,
+                    verified_at=datetime.now(UTC),
+                    drained_by_us=False,
+                    detail=f"already drained by someone else: {node.reason if node else '?'}",
+                )
+            node = await self._scheduler.get_node(inp.node)
+            if node is None or not node.is_drained or node.reason != inp.reason:
+                raise ReboundError(  # retried: the next attempt reads again
+                    FailureKind.SCHEDULER_BUSY,
+                    f"drain of {inp.node} not visible yet (flags {node.flags if node else '?'}, reason "
+                    f"{node.reason if node else '?'!r})",
+                )
+        return DrainResult(node=inp.node, verified_at=datetime.now(UTC), drained_by_us=True, detail=node.state.value)
+
+    @activity.defn(name="slurm_requeue_job")
+    async def requeue_job(self, inp: RequeueInput) -> RequeueResult:
+        """Requeue the job held, exclude the implicated nodes, release it; verify with a fresh ``squeue``.
+
+        Holding first means the exclusion can never race the job's restart. Starting at once (skipping Slurm's
+        ``cred_expire`` wait) is only safe when every node of the previous run is excluded: those nodes revoke
+        the job's credential for a while (see ``SchedulerActions.release_job``).
+        """
+        log.info("requeue job %s excluding %s key=%s", inp.job_id, inp.exclude, inp.key)
+        sched = self._scheduler
+        with classified_errors():
+            job = await sched.get_job(inp.job_id)
+            if job is None:
+                raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {inp.job_id} is gone: cannot requeue it")
+            await sched.requeue_job(inp.job_id, hold=True, expected_restart_count=inp.expected_restart_count)
+            job = await sched.get_job(inp.job_id)
+            assert job is not None
+            wanted = tuple(sorted(set(job.excluded_nodes) | set(inp.exclude)))
+            if set(wanted) != set(job.excluded_nodes):
+                await sched.set_excluded_nodes(inp.job_id, wanted)
+            start_now = bool(inp.previous_nodes) and set(inp.previous_nodes) <= set(wanted)
+            await sched.release_job(inp.job_id, start_now=start_now)
+            fresh = await sched.get_job(inp.job_id)
+            _verify_requeued(inp, fresh)
+        assert fresh is not None
+        return RequeueResult(
+            job_id=inp.job_id,
+            verified_at=datetime.now(UTC),
+            state=fresh.state,
+            restart_count=fresh.restart_count,
+            excluded_nodes=fresh.excluded_nodes,
+            started_now=start_now,
+        )
+
+
+def _verify_requeued(inp: RequeueInput, fresh: SlurmJob | None) -> None:
+    """The fresh observation must show the successor waiting or running, counted, with the exclusion."""
+    if fresh is None or fresh.state not in _WAITING_OR_RUNNING:
+        raise ReboundError(
+            FailureKind.SCHEDULER_BUSY, f"job {inp.job_id} is {fresh.state.value if fresh else 'gone'} after requeue"
+        )
+    if fresh.restart_count <= inp.expected_restart_count or not set(inp.exclude) <= set(fresh.excluded_nodes):
+        raise ReboundError(
+            FailureKind.SCHEDULER_BUSY,
+            f"requeue of job {inp.job_id} not visible yet (restarts {fresh.restart_count}, "
+            f"excluded {fresh.excluded_nodes})",
+        )

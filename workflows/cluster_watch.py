@@ -1,0 +1,133 @@
+"""ClusterWatch: one durable workflow per cluster (id ``rebound/{cluster}/watch``) that finds opted-in jobs and
+starts their JobRecovery workflows.
+
+Each round waits in one heartbeating discovery activity until opted-in active jobs appear that are not known
+yet, or known ones end (or the activity's max wait runs out), then starts a JobRecovery per new job through an
+activity (business-key id, ``USE_EXISTING``: a second start is a no-op). The known job ids live in workflow
+state and travel across continue-as-new. Failures are recorded for the ``status`` query and retried on the next
+round; the watch itself never ends on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.discovery import DiscoveryActivities
+    from workflows.domain.discovery import (
+        MAX_RECENT_ERRORS,
+        ClusterWatchInput,
+        ClusterWatchStatus,
+        DiscoveredJob,
+        DiscoverJobsInput,
+        StartJobRecoveryInput,
+        WatchError,
+    )
+    from workflows.options import CLUSTER_DISCOVERY, TEMPORAL_START
+
+#: Pause after a discovery that failed for good (a permanent scheduler error), before trying again.
+DISCOVERY_BACKOFF = timedelta(seconds=30)
+
+
+@workflow.defn(name="ClusterWatch")
+class ClusterWatchWorkflow:
+    """Discovers opted-in jobs of one cluster and starts their JobRecovery workflows."""
+
+    @workflow.init
+    def __init__(self, inp: ClusterWatchInput) -> None:
+        carried = inp.carried
+        self._status = (
+            carried.model_copy(update={"runs": carried.runs + 1})
+            if carried is not None
+            else ClusterWatchStatus(cluster=inp.cluster)
+        )
+        self._known: set[int] = set(self._status.known)
+
+    @workflow.run
+    async def run(self, inp: ClusterWatchInput) -> None:
+        """Discover and start, round after round; continue-as-new when the history grows (never returns)."""
+        rounds = 0
+        while True:
+            await self._round(inp)
+            rounds += 1
+            if rounds >= inp.rounds_per_run or workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(
+                    ClusterWatchInput(
+                        cluster=inp.cluster,
+                        max_wait_s=inp.max_wait_s,
+                        rounds_per_run=inp.rounds_per_run,
+                        carried=self._status,
+                    )
+                )
+
+    @workflow.query(description="Known jobs, the last discovery, jobs with a malformed opt-in, recent errors.")
+    def status(self) -> ClusterWatchStatus:
+        """The watch's state (also what continue-as-new carries)."""
+        return self._status
+
+    async def _round(self, inp: ClusterWatchInput) -> None:
+        try:
+            found = await workflow.execute_activity_method(
+                DiscoveryActivities.discover_jobs,
+                DiscoverJobsInput(cluster=inp.cluster, known=tuple(sorted(self._known)), max_wait_s=inp.max_wait_s),
+                summary=f"Wait for opted-in jobs on {inp.cluster} ({len(self._known)} known)",
+                **CLUSTER_DISCOVERY,
+            )
+        except ActivityError as e:
+            self._error(e, None)
+            await workflow.sleep(DISCOVERY_BACKOFF, summary="back off after a failed discovery")
+            return
+        self._known.difference_update(found.gone)
+        # Starts are independent and idempotent: issue them together, record each outcome on its own.
+        started = await asyncio.gather(*(self._start(inp.cluster, job) for job in found.new))
+        self._known.update(job.job_id for job, ok in zip(found.new, started, strict=True) if ok)
+        self._status = self._status.model_copy(
+            update={
+                "known": tuple(sorted(self._known)),
+                "rejected": found.rejected,
+                "last_discovery_at": found.observed_at,
+                "discoveries": self._status.discoveries + 1,
+                "started": self._status.started + sum(started),
+            }
+        )
+        workflow.set_current_details(self._details_markdown())
+
+    async def _start(self, cluster: str, job: DiscoveredJob) -> bool:
+        try:
+            await workflow.execute_activity_method(
+                DiscoveryActivities.start_job_recovery,
+                StartJobRecoveryInput(cluster=cluster, job_id=job.job_id, spec=job.spec),
+                summary=f"Start JobRecovery for job {job.job_id} ({job.name or 'unnamed'}, {job.user or '?'})",
+                **TEMPORAL_START,
+            )
+        except ActivityError as e:
+            # Not known yet, so the next discovery offers the job again: that is the retry.
+            self._error(e, job.job_id)
+            return False
+        return True
+
+    def _error(self, error: ActivityError, job_id: int | None) -> None:
+        cause = error.cause
+        kind = cause.type if isinstance(cause, ApplicationError) and cause.type else type(cause or error).__name__
+        entry = WatchError(at=workflow.now(), kind=kind, message=str(cause or error), job_id=job_id)
+        errors = (*self._status.errors, entry)[-MAX_RECENT_ERRORS:]
+        self._status = self._status.model_copy(update={"errors": errors})
+        workflow.set_current_details(self._details_markdown())
+
+    def _details_markdown(self) -> str:
+        st = self._status
+        seen = f"{st.last_discovery_at:%Y-%m-%d %H:%M:%S} UTC" if st.last_discovery_at else "never"
+        lines = [
+            f"## ClusterWatch {st.cluster}",
+            "",
+            f"- watching {len(st.known)} job(s): {', '.join(map(str, st.known)) or '-'}",
+            f"- last discovery: {seen}; rounds {st.discoveries}; starts {st.started}; run {st.runs}",
+        ]
+        lines += [f"- not monitored, malformed opt-in: job {r.job_id}: {r.reason}" for r in st.rejected]
+        lines += [f"- error {e.at:%H:%M:%S} {e.kind}: {e.message}" for e in st.errors[-5:]]
+        return "\n".join(lines) + "\n"

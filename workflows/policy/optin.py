@@ -1,0 +1,224 @@
+"""Which jobs Rebound may touch, and how: the job's own opt-in comment, or an operator's selector. Pure.
+
+A job opts in through Slurm itself, in its comment::
+
+    sbatch --comment 'rebound: ckpt=/ckpt/run1;budget=3;policy=default;logs=/runs/x/logs/job-%j-rank-*.log' ...
+
+Grammar of the comment (``parse_comment``):
+
+* The marker is the word ``rebound``, at the start of the comment or after whitespace, ``;``, ``,`` or ``|``,
+  so it can follow other text (``--comment 'team=nlp; rebound: budget=2'``).
+* ``rebound:`` is followed by ``key=value`` pairs separated by ``;`` or whitespace, up to the end of the comment
+  or up to a ``|``, after which other text may follow again. Values cannot contain spaces.
+* ``rebound`` on its own (the whole comment, or one ``;``/``,``/``|``-separated item of it) opts in with the
+  defaults; in running prose (``tested the rebound fix``) it does not.
+* Keys: ``ckpt`` (absolute checkpoint directory), ``budget`` (restarts Rebound may spend, 0..100), ``policy``
+  (a policy name), ``logs`` (absolute glob of the ranks' output, ``%j`` = job id; may repeat or be
+  comma-separated).
+* An unknown key, a bad value, a repeated single-valued key or ``rebound key=value`` without the colon raise
+  ``OptInError`` naming the key. The caller treats that as "not opted in" and warns: guessing what a mistyped
+  spec meant (``budget=O``) could restart a job its owner wanted left alone.
+
+Operators opt jobs in without touching them through ``JobSelector``s (partitions, users, a name pattern; all
+given criteria must match). ``spec_for`` combines both: the job's comment wins, key by key, over the first
+selector that matches. A job that neither opted in nor was selected is never touched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError, field_validator
+
+from workflows.domain.base import Frozen
+from workflows.domain.recovery import RecoverySpec
+from workflows.domain.slurm import SlurmJob
+
+__all__ = ["OptInError", "JobSelector", "parse_comment", "select", "spec_for"]
+
+#: Comment key -> ``RecoverySpec`` field.
+KEYS = {"ckpt": "checkpoint_dir", "budget": "restart_budget", "policy": "policy", "logs": "logs"}
+_FIELD_TO_KEY = {field: key for key, field in KEYS.items()}
+
+# ``rebound`` as a word of its own: not part of a path, a name or a value (``/opt/rebound``, ``policy=rebound``).
+_MARKER = re.compile(r"(?:^|(?<=[\s;,|]))rebound(?=$|[\s;,|:])")
+_ITEM_SEPARATORS = re.compile(r"[;,|]")
+_TOKEN_SEPARATORS = re.compile(r"[;\s]+")
+_LOOSE_SEPARATORS = re.compile(r"[;,\s]+")
+_POLICY_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+
+
+class OptInError(ValueError):
+    """A ``rebound`` opt-in comment that cannot be understood; ``key`` names the offending key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        """Build the error.
+
+        Args:
+            key: The comment key at fault (``budget``), or ``rebound`` for the marker itself.
+            message: What is wrong and what was expected.
+        """
+        super().__init__(f"rebound opt-in comment: {key}: {message}")
+        self.key = key
+
+
+def parse_comment(comment: str) -> RecoverySpec | None:
+    """The recovery spec a job's Slurm comment asks for, or None when the comment does not opt in.
+
+    Only the keys the comment gives are set on the result (``model_fields_set``), so ``spec_for`` can lay them
+    over a selector's spec.
+
+    Args:
+        comment: The job's comment (``SlurmJob.comment``), possibly empty or holding other text too.
+
+    Returns:
+        The spec (all defaults for a bare ``rebound``), or None when there is no opt-in marker.
+
+    Raises:
+        OptInError: The marker is there but the spec is malformed (see the module docstring).
+    """
+    for marker in _MARKER.finditer(comment):
+        rest = comment[marker.end() :]
+        stripped = rest.lstrip()
+        if stripped.startswith(":"):
+            spec_text = stripped[1:].split("|", 1)[0]
+            return _parse_spec(spec_text)
+        # ``rebound budget=3`` or ``rebound;budget=3``: a spec without its colon must not pass for a bare opt-in.
+        first = next((t for t in _LOOSE_SEPARATORS.split(rest.split("|", 1)[0]) if t), "")
+        if "=" in first and first.partition("=")[0].lower() in KEYS:
+            raise OptInError("rebound", f"expected 'rebound:' before {first!r} (the colon is missing)")
+        if _is_whole_item(comment, marker.start(), marker.end()):
+            return RecoverySpec()
+        # Otherwise the word is part of running text: keep looking for a real marker.
+    return None
+
+
+class JobSelector(Frozen):
+    """An operator's rule that opts matching jobs in with ``spec``; every criterion given must match.
+
+    A selector without criteria matches every job of the cluster.
+    """
+
+    partitions: tuple[str, ...] = ()
+    """The job runs (or pends) in one of these partitions."""
+    users: tuple[str, ...] = ()
+    """The job belongs to one of these users."""
+    name_regex: str | None = None
+    """A regular expression the whole job name must match (``re.fullmatch``)."""
+    spec: RecoverySpec = RecoverySpec()
+    """How selected jobs are recovered; the job's own comment overrides it key by key."""
+
+    @field_validator("name_regex")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as e:
+                raise ValueError(f"name_regex {value!r} is not a valid regular expression: {e}") from e
+        return value
+
+    def matches(self, job: SlurmJob) -> bool:
+        """True when ``job`` meets every criterion of this selector.
+
+        Args:
+            job: The job as the scheduler lists it; a pending job may list several partitions, comma-separated.
+        """
+        if self.partitions:
+            job_partitions = {p.strip() for p in job.partition.split(",") if p.strip()}
+            if job_partitions.isdisjoint(self.partitions):
+                return False
+        if self.users and job.user not in self.users:
+            return False
+        return self.name_regex is None or re.fullmatch(self.name_regex, job.name) is not None
+
+
+def select(job: SlurmJob, selectors: Iterable[JobSelector]) -> RecoverySpec | None:
+    """The spec of the first selector that matches ``job``, or None; the job's comment is not consulted here.
+
+    Args:
+        job: The job to match.
+        selectors: The operator's selectors, in priority order.
+    """
+    return next((s.spec for s in selectors if s.matches(job)), None)
+
+
+def spec_for(job: SlurmJob, selectors: Iterable[JobSelector]) -> RecoverySpec | None:
+    """How to recover ``job``, or None when Rebound must leave it alone.
+
+    The job's own comment wins key by key over the first matching selector (the owner knows the checkpoint
+    directory and budget; the operator's selector fills in the rest). A malformed comment is not overruled by
+    a selector: the job's owner asked for something we cannot read, so nothing is done.
+
+    Args:
+        job: The job to decide on.
+        selectors: The operator's selectors, in priority order.
+
+    Raises:
+        OptInError: The job's comment carries a malformed ``rebound`` spec.
+    """
+    own = parse_comment(job.comment)
+    selected = select(job, selectors)
+    if own is None:
+        return selected
+    if selected is None:
+        return own
+    return selected.model_copy(update={name: getattr(own, name) for name in own.model_fields_set})
+
+
+def _is_whole_item(comment: str, start: int, end: int) -> bool:
+    """True when ``comment[start:end]`` is alone between item separators (or the comment's ends)."""
+    before = _ITEM_SEPARATORS.split(comment[:start])[-1]
+    after = _ITEM_SEPARATORS.split(comment[end:], maxsplit=1)[0]
+    return not before.strip() and not after.strip()
+
+
+def _parse_spec(text: str) -> RecoverySpec:
+    fields: dict[str, Any] = {}
+    logs: list[str] = []
+    for token in _TOKEN_SEPARATORS.split(text.strip()):
+        if not token:
+            continue
+        raw_key, sep, value = token.partition("=")
+        key = raw_key.lower()
+        if not sep or not raw_key:
+            raise OptInError(token, "expected key=value")
+        if key not in KEYS:
+            raise OptInError(raw_key, f"unknown key (expected one of {', '.join(KEYS)})")
+        if not value:
+            raise OptInError(key, "empty value")
+        if key == "logs":
+            logs += [_absolute(key, pattern) for pattern in value.split(",") if pattern]
+            continue
+        if KEYS[key] in fields:
+            raise OptInError(key, "given more than once")
+        fields[KEYS[key]] = _value(key, value)
+    if logs:
+        fields["logs"] = tuple(logs)
+    try:
+        return RecoverySpec(**fields)
+    except ValidationError as e:
+        error = e.errors()[0]
+        field = str(error["loc"][0]) if error["loc"] else ""
+        raise OptInError(_FIELD_TO_KEY.get(field, field), str(error["msg"])) from e
+
+
+def _value(key: str, value: str) -> object:
+    if key == "budget":
+        if not (value.isascii() and value.isdigit()):
+            raise OptInError(key, f"expected a whole number of restarts, got {value!r}")
+        return int(value)
+    if key == "policy":
+        if not _POLICY_NAME.fullmatch(value):
+            raise OptInError(key, f"expected a policy name (letters, digits, _ . -), got {value!r}")
+        return value
+    return _absolute(key, value)
+
+
+def _absolute(key: str, path: str) -> str:
+    # Rebound reads these from outside the job, where a relative path has no meaning.
+    if not path.startswith("/"):
+        raise OptInError(key, f"expected an absolute path, got {path!r}")
+    return path
