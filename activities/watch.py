@@ -13,7 +13,7 @@ from temporalio import activity
 
 from activities.errors import classified_errors
 from activities.logs.crash import CrashFinding, Role, scan
-from activities.logs.progress import find_progress
+from activities.logs.progress import find_progress, parse_step
 from activities.logs.tail import LogTail, expand_patterns
 from activities.slurm.snapshots import SnapshotCache
 from workflows.domain.incident import Anomaly, AnomalyKind, Evidence, EvidenceSource, LogFinding
@@ -73,6 +73,14 @@ class WatchActivities:
     def __init__(self, snapshots: SnapshotCache) -> None:
         self._snapshots = snapshots
 
+    async def _fresh_since(self, started: datetime) -> ClusterSnapshot:
+        """The shared snapshot, unless it predates ``started`` (e.g. the requeue being verified): then a new one."""
+        with classified_errors():
+            snap = await self._snapshots.get()
+            if snap.observed_at < started:
+                snap = await self._snapshots.get(max_age_s=0)
+        return snap
+
     @activity.defn(name="job_watch")
     async def watch(self, inp: JobWatchInput) -> JobWatchResult:
         """Return at the first sign of trouble, or when the job changes; heartbeat every poll."""
@@ -80,9 +88,9 @@ class WatchActivities:
         offsets: dict[str, int] = state["offsets"]
         polls: int = state["polls"]
         nodes_seen: list[str] = state["nodes"]
+        started = datetime.now(UTC)
         while True:
-            with classified_errors():
-                snap = await self._snapshots.get()
+            snap = await self._fresh_since(started)
             job = snap.job(inp.job_id)
             if job is not None and job.nodes:
                 nodes_seen = list(job.nodes)
@@ -119,9 +127,9 @@ class WatchActivities:
         offsets: dict[str, int] = state["offsets"]
         checkpoint = ""
         loaded_at_step: int | None = None
+        started = datetime.now(UTC)
         while True:
-            with classified_errors():
-                snap = await self._snapshots.get()
+            snap = await self._fresh_since(started)
             job = snap.job(inp.job_id)
             now = datetime.now(UTC)
             if job is None:
@@ -136,7 +144,8 @@ class WatchActivities:
                 loaded_at_step = progress.checkpoint.step
             # Any step line after the restart is the new attempt's: after a failure no data-parallel rank can
             # complete a step (it needs every peer), so the old attempt cannot print one.
-            first_step = progress.resumed or progress.last if progress is not None else None
+            steps = [m for m in (parse_step(line) for line in lines) if m is not None]
+            first_step = min(steps, key=lambda m: (m.at.timestamp() if m.at else float("inf"), m.step), default=None)
             if first_step is not None:
                 return WaitResumeResult(
                     outcome=ResumeOutcome.RESUMED,
@@ -149,8 +158,9 @@ class WatchActivities:
                 )
             # Until the successor runs, new lines are the previous attempt's last words (its peers' tracebacks,
             # srun's summary): they belong to the incident being recovered, not to a new one.
-            restarted = job.state is not JobState.PENDING and job.restart_count >= inp.expected_restart_count
-            if job.state.is_failure() or (restarted and to_findings(scan(lines))):
+            current = job.restart_count >= inp.expected_restart_count
+            restarted = current and job.state is not JobState.PENDING
+            if (current and job.state.is_failure()) or (restarted and to_findings(scan(lines))):
                 return WaitResumeResult(outcome=ResumeOutcome.FAILED_AGAIN, observed_at=now, offsets=offsets, job=job)
             await asyncio.sleep(inp.poll_interval_s)
 

@@ -211,6 +211,9 @@ class JobRecoveryWorkflow:
         if pause:
             await workflow.sleep(pause, summary=f"backoff before restart {self._status.restarts_used + 1}")
         incident = await self._requeue(incident, job, attribution, expected_restarts)
+        if self._status.job_state is JobState.CANCELLED:
+            self._put_incident(incident.model_copy(update={"outcome": "cancelled by its owner"}))
+            return self._end(RecoveryState.FINISHED, "the job was cancelled by its owner during recovery")
 
         self._set_state(RecoveryState.VERIFYING, "waiting for the job to log a training step", number)
         resumed = await workflow.execute_activity_method(

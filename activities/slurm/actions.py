@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 #: Every drain reason Rebound sets starts with this: the mark of ownership. Only such drains are ever resumed.
 REASON_PREFIX = "rebound:"
 
-_WAITING_OR_RUNNING = (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING)
+_WAITING_OR_RUNNING = (JobState.PENDING, JobState.RUNNING)
 
 
 class SlurmActionActivities:
@@ -43,11 +43,14 @@ class SlurmActionActivities:
                 if e.kind is not FailureKind.NOT_OWNED:
                     raise
                 node = await self._scheduler.get_node(inp.node)
+                reason = node.reason if node else "?"
+                # Another Rebound incident may have drained it first (a node shared by two jobs): still ours.
+                ours = reason.startswith(REASON_PREFIX)
                 return DrainResult(
                     node=inp.node,
                     verified_at=datetime.now(UTC),
-                    drained_by_us=False,
-                    detail=f"already drained by someone else: {node.reason if node else '?'}",
+                    drained_by_us=ours,
+                    detail=f"already drained by {'Rebound' if ours else 'someone else'}: {reason}",
                 )
             node = await self._scheduler.get_node(inp.node)
             if node is None or not node.is_drained or node.reason != inp.reason:
@@ -72,6 +75,11 @@ class SlurmActionActivities:
             job = await sched.get_job(inp.job_id)
             if job is None:
                 raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {inp.job_id} is gone: cannot requeue it")
+            if job.state is JobState.CANCELLED:
+                # Its owner cancelled it (perhaps while we backed off): never bring back what a person stopped.
+                return RequeueResult(
+                    job_id=inp.job_id, verified_at=datetime.now(UTC), state=job.state, restart_count=job.restart_count
+                )
             await sched.requeue_job(inp.job_id, hold=True, expected_restart_count=inp.expected_restart_count)
             job = await sched.get_job(inp.job_id)
             assert job is not None
