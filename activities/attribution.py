@@ -48,19 +48,23 @@ class AttributionActivities:
                 break
             await asyncio.sleep(0.2)
 
-        verdict = self._attribute(inp, snap, findings, ranks_logging)
+        persistence = _Persistence()
+        persistence.see(snap, inp.job_nodes)
+        verdict = self._attribute(inp, persistence, findings, ranks_logging)
         deadline = time.monotonic() + inp.corroborate_s
-        while verdict.cause in _WEAK_CAUSES and time.monotonic() < deadline:
-            # Only silence points at a node: a dead host shows up as NOT_RESPONDING within SlurmdTimeout.
+        while (verdict.cause in _WEAK_CAUSES or persistence.pending) and time.monotonic() < deadline:
+            # Only silence points at a node, or a node has just stopped answering: a dead host stays
+            # NOT_RESPONDING (then DOWN); a blip clears within a ping or two.
             await asyncio.sleep(0.5)
             activity.heartbeat()
             with classified_errors():
                 snap = await self._scheduler.snapshot()
-            verdict = self._attribute(inp, snap, findings, ranks_logging)
+            persistence.see(snap, inp.job_nodes)
+            verdict = self._attribute(inp, persistence, findings, ranks_logging)
         return AttributeResult(attribution=verdict, offsets=offsets, findings=tuple(findings))
 
     def _attribute(
-        self, inp: AttributeInput, snap: ClusterSnapshot, findings: list[LogFinding], ranks_logging: set[int]
+        self, inp: AttributeInput, persistence: _Persistence, findings: list[LogFinding], ranks_logging: set[int]
     ) -> Attribution:
         nodes = inp.job_nodes
         since = inp.anomaly.observed_at - timedelta(minutes=5)
@@ -69,8 +73,33 @@ class AttributionActivities:
             rank_nodes=block_rank_layout(nodes, inp.task_count),
             findings=findings,
             gpu_events=[e for e in inp.gpu_events if e.observed_at is None or e.observed_at >= since],
-            unresponsive_nodes=unresponsive(snap, nodes),
+            unresponsive_nodes=persistence.confirmed(),
             node_failure_nodes=[f.node for f in findings if f.kind == "node_failure" and f.node],
             ranks_logging=sorted(ranks_logging),
         )
         return attribute(facts)
+
+
+class _Persistence:
+    """Which nodes stay unresponsive: DOWN at once, NOT_RESPONDING only when seen so for MIN_S seconds."""
+
+    MIN_S = 2.0
+
+    def __init__(self) -> None:
+        self._since: dict[str, float] = {}
+        self._down: set[str] = set()
+
+    def see(self, snap: ClusterSnapshot, nodes: tuple[str, ...]) -> None:
+        now = time.monotonic()
+        bad = set(unresponsive(snap, nodes))
+        self._down = {n for n in bad if (node := snap.node(n)) is not None and node.state.value == "down"}
+        self._since = {n: self._since.get(n, now) for n in bad}
+
+    @property
+    def pending(self) -> bool:
+        """Some node is unresponsive but not yet for long enough to count."""
+        return any(n not in self._down and time.monotonic() - t < self.MIN_S for n, t in self._since.items())
+
+    def confirmed(self) -> list[str]:
+        now = time.monotonic()
+        return sorted(n for n, t in self._since.items() if n in self._down or now - t >= self.MIN_S)

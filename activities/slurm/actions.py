@@ -61,6 +61,30 @@ class SlurmActionActivities:
                 )
         return DrainResult(node=inp.node, verified_at=datetime.now(UTC), drained_by_us=True, detail=node.state.value)
 
+    async def _job(self, job_id: int) -> SlurmJob:
+        job = await self._scheduler.get_job(job_id)
+        if job is None:
+            raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {job_id} is gone: cannot requeue it")
+        return job
+
+    async def _wait_for_dead_nodes(self, job: SlurmJob) -> None:
+        """Leave a job that still holds an unresponsive node to Slurm until it declares the node DOWN.
+
+        Requeuing it earlier corrupts its GPU allocation on Slurm 22.05 (seen on the lab: the successor started
+        with "Invalid generic resource (gres) specification" and "dealloc of node n3 bad node_offset"). Once the
+        node is DOWN, Slurm requeues or ends the job by itself, and the next attempt carries on from there.
+        """
+        if job.state not in (JobState.RUNNING, JobState.COMPLETING):
+            return
+        nodes = {n.name: n for n in await self._scheduler.list_nodes()}
+        dying = [n for n in job.nodes if n in nodes and not nodes[n].is_responding and nodes[n].state.value != "down"]
+        if dying:
+            raise ReboundError(
+                FailureKind.SCHEDULER_BUSY,
+                f"job {job.job_id} still holds unresponsive node(s) {', '.join(dying)}: waiting for Slurm to "
+                "declare them DOWN before requeuing",
+            )
+
     @activity.defn(name="slurm_requeue_job")
     async def requeue_job(self, inp: RequeueInput) -> RequeueResult:
         """Requeue the job held, exclude the implicated nodes, release it; verify with a fresh ``squeue``.
@@ -72,22 +96,32 @@ class SlurmActionActivities:
         log.info("requeue job %s excluding %s key=%s", inp.job_id, inp.exclude, inp.key)
         sched = self._scheduler
         with classified_errors():
-            job = await sched.get_job(inp.job_id)
-            if job is None:
-                raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {inp.job_id} is gone: cannot requeue it")
+            job = await self._job(inp.job_id)
             if job.state is JobState.CANCELLED:
                 # Its owner cancelled it (perhaps while we backed off): never bring back what a person stopped.
                 return RequeueResult(
                     job_id=inp.job_id, verified_at=datetime.now(UTC), state=job.state, restart_count=job.restart_count
                 )
-            await sched.requeue_job(inp.job_id, hold=True, expected_restart_count=inp.expected_restart_count)
-            job = await sched.get_job(inp.job_id)
-            assert job is not None
-            wanted = tuple(sorted(set(job.excluded_nodes) | set(inp.exclude)))
-            if set(wanted) != set(job.excluded_nodes):
-                await sched.set_excluded_nodes(inp.job_id, wanted)
-            start_now = bool(inp.previous_nodes) and set(inp.previous_nodes) <= set(wanted)
-            await sched.release_job(inp.job_id, start_now=start_now)
+            if job.restart_count <= inp.expected_restart_count:
+                # Not requeued yet (by us in an earlier attempt, or by Slurm itself after a node failure).
+                await self._wait_for_dead_nodes(job)
+                await sched.requeue_job(inp.job_id, hold=True, expected_restart_count=inp.expected_restart_count)
+                job = await self._job(inp.job_id)
+                if job.restart_count <= inp.expected_restart_count:
+                    raise ReboundError(FailureKind.SCHEDULER_BUSY, f"requeue of job {inp.job_id} not visible yet")
+            if job.state not in _WAITING_OR_RUNNING:
+                # COMPLETING (the old run is still being torn down), or briefly still shown as ended.
+                raise ReboundError(
+                    FailureKind.SCHEDULER_BUSY, f"job {inp.job_id} is {job.state.value}; not pending yet"
+                )
+            if job.state is JobState.PENDING:
+                wanted = tuple(sorted(set(job.excluded_nodes) | set(inp.exclude)))
+                if set(wanted) != set(job.excluded_nodes):
+                    await sched.set_excluded_nodes(inp.job_id, wanted)
+                start_now = bool(inp.previous_nodes) and set(inp.previous_nodes) <= set(wanted)
+                await sched.release_job(inp.job_id, start_now=start_now)
+            else:
+                start_now = False  # already running again (an earlier attempt released it)
             fresh = await sched.get_job(inp.job_id)
             _verify_requeued(inp, fresh)
         assert fresh is not None
@@ -102,14 +136,21 @@ class SlurmActionActivities:
 
 
 def _verify_requeued(inp: RequeueInput, fresh: SlurmJob | None) -> None:
-    """The fresh observation must show the successor waiting or running, counted, with the exclusion."""
+    """The fresh observation must show the successor counted, and kept off the implicated nodes.
+
+    A pending successor must carry the exclusion. A running one (Slurm itself requeued it after a node failure
+    and started it before we could exclude anything) must simply not be on an implicated node: those are
+    drained or down, so Slurm cannot have placed it there, and this check proves it.
+    """
     if fresh is None or fresh.state not in _WAITING_OR_RUNNING:
         raise ReboundError(
             FailureKind.SCHEDULER_BUSY, f"job {inp.job_id} is {fresh.state.value if fresh else 'gone'} after requeue"
         )
-    if fresh.restart_count <= inp.expected_restart_count or not set(inp.exclude) <= set(fresh.excluded_nodes):
+    excluded = set(inp.exclude) <= set(fresh.excluded_nodes)
+    kept_off = fresh.state is JobState.RUNNING and not set(inp.exclude) & set(fresh.nodes)
+    if fresh.restart_count <= inp.expected_restart_count or not (excluded or kept_off):
         raise ReboundError(
             FailureKind.SCHEDULER_BUSY,
             f"requeue of job {inp.job_id} not visible yet (restarts {fresh.restart_count}, "
-            f"excluded {fresh.excluded_nodes})",
+            f"excluded {fresh.excluded_nodes}, nodes {fresh.nodes})",
         )

@@ -25,6 +25,8 @@ from workflows.domain.incident import Attribution, Evidence, EvidenceSource, Fai
 #: Finding kinds (``activities.logs.crash``) that point at the GPU and at the code.
 GPU_KINDS = frozenset({"cuda_error", "xid"})
 USER_KINDS = frozenset({"python_exception"})
+#: Findings that only say a rank ended: what killed it decides whether it is a culprit.
+EXIT_KINDS = frozenset({"rank_exit", "killed", "terminated"})
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def attribute(facts: AttributionFacts) -> Attribution:
     gpu = [e for e in facts.gpu_events if e.host in job_nodes and e.kind is not GpuEventKind.SOURCE_DOWN]
     if gpu:
         return _gpu_fault(gpu)
-    down = sorted(set(facts.unresponsive_nodes) & job_nodes)
+    down = _dead_nodes(facts)
     if down:
         return Attribution(
             failure_class=FailureClass.INFRASTRUCTURE,
@@ -92,7 +94,14 @@ def attribute(facts: AttributionFacts) -> Attribution:
     user = [f for f in ordered if f.kind in USER_KINDS]
     if user:
         return _user_bug(user, facts)
-    culprits = [f for f in ordered if f.culprit and f.kind not in GPU_KINDS | USER_KINDS]
+    # A rank that reported a broken connection and then exited non-zero (srun's "Exited with exit code 1")
+    # died of its peer's death: its exit is a victim's, not a culprit's.
+    lost_peer = {f.rank for f in ordered if not f.culprit and f.rank is not None}
+    culprits = [
+        f
+        for f in ordered
+        if f.culprit and f.kind not in GPU_KINDS | USER_KINDS and not (f.kind in EXIT_KINDS and f.rank in lost_peer)
+    ]
     if culprits:
         first = culprits[0]
         cause = {"segfault": "segfault", "killed": "rank-killed", "fatal_signal": "fatal-signal"}.get(
@@ -190,6 +199,21 @@ def _user_bug(user: list[LogFinding], facts: AttributionFacts) -> Attribution:
         + ": a restart would fail the same way",
         evidence=_evidence(same[:5]),
     )
+
+
+def _dead_nodes(facts: AttributionFacts) -> list[str]:
+    """Unresponsive job nodes, minus those whose ranks were still writing while others went silent.
+
+    A dead host can make its neighbours look unresponsive for a moment (slurmctld's pings time out together);
+    a node whose ranks are still printing is alive, so when some unresponsive nodes went silent and others did
+    not, only the silent ones are blamed.
+    """
+    down = sorted(set(facts.unresponsive_nodes) & set(facts.job_nodes))
+    if len(down) < 2 or not facts.ranks_logging:
+        return down
+    logging = set(facts.ranks_logging)
+    silent = [n for n in down if not any(r in logging for r, rn in facts.rank_nodes.items() if rn == n)]
+    return silent or down
 
 
 def _node_of(f: LogFinding, facts: AttributionFacts) -> str:

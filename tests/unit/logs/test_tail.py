@@ -249,7 +249,7 @@ def test_incremental_reads_with_restarts_equal_one_read_of_the_final_file(
             new, offsets = t.read_new(offsets, max_bytes_per_file=budget)
             got += [(line.offset, line.text) for line in new]
         _append(log, content[written:])
-        while True:
+        for _ in range(len(content) + 1):  # bounded: a tail that never reaches the end must fail, not hang
             new, offsets = t.read_new(offsets, max_bytes_per_file=_MAX_LINE)
             if not new:
                 break

@@ -90,3 +90,27 @@ def test_nothing_conclusive_restarts_without_exclusion() -> None:
 def test_srun_node_failure_message() -> None:
     a = attribute(facts(node_failure_nodes=["n1"]))
     assert (a.cause, a.implicated_nodes) == ("node-failure", ("n1",))
+
+
+def test_a_victims_exit_is_not_a_culprit() -> None:
+    """Node crash: ranks 0-1 lose their peers and exit 1; ranks 2-3 (on the dead node) say nothing."""
+    findings = [
+        LogFinding(kind="comm_error", rank=0, order=0, text="RuntimeError: ... Connection closed by peer"),
+        LogFinding(kind="comm_error", rank=1, order=1, text="RuntimeError: ... Connection closed by peer"),
+        LogFinding(
+            kind="rank_exit", rank=0, order=2, culprit=True, text="srun: error: n1: tasks 0-1: Exited with exit code 1"
+        ),
+        LogFinding(
+            kind="rank_exit", rank=1, order=3, culprit=True, text="srun: error: n1: tasks 0-1: Exited with exit code 1"
+        ),
+    ]
+    weak = attribute(facts(findings=findings, ranks_logging=[0, 1]))
+    assert (weak.cause, weak.implicated_nodes) == ("ranks-vanished", ("n2",))
+    confirmed = attribute(facts(findings=findings, ranks_logging=[0, 1], unresponsive_nodes=["n2"]))
+    assert (confirmed.cause, confirmed.implicated_nodes) == ("node-down", ("n2",))
+
+
+def test_a_neighbour_that_only_looked_unresponsive_is_spared() -> None:
+    victims = [LogFinding(kind="comm_error", rank=r) for r in (0, 1)]
+    a = attribute(facts(findings=victims, ranks_logging=[0, 1], unresponsive_nodes=["n1", "n2"]))
+    assert a.implicated_nodes == ("n2",)
