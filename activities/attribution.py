@@ -18,8 +18,8 @@ from workflows.domain.loop import AttributeInput, AttributeResult
 from workflows.domain.slurm import ClusterSnapshot
 from workflows.policy.attribution import AttributionFacts, attribute, block_rank_layout
 
-#: Attributions that rest on silence or on nothing: worth waiting for the scheduler's word on the nodes.
-_WEAK_CAUSES = frozenset({"ranks-vanished", "unknown"})
+#: Attributions that rest on silence alone: worth waiting for the scheduler's word on the nodes.
+_WEAK_CAUSES = frozenset({"ranks-vanished"})
 
 
 class AttributionActivities:

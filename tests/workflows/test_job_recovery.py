@@ -1,149 +1,213 @@
-"""JobRecovery against a real (in-memory) Temporal dev server, with the FakeScheduler behind the real activities."""
+"""JobRecovery on a real (in-memory) Temporal dev server: the real activities over the FakeScheduler, with real
+rank log files in a temp directory. Slurm itself is exercised by the e2e tests; here the loop's logic is."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
 
-import pytest
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.exceptions import ActivityError, ApplicationError
+import pytest_asyncio
+from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
+from activities.attribution import AttributionActivities
+from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.activities import SlurmActivities
+from activities.slurm.snapshots import SnapshotCache
+from activities.watch import WatchActivities
 from tests.fakes.scheduler import FakeScheduler
-from workflows.constants import JOB_ID, RECOVERY_STATE
-from workflows.domain.errors import FailureKind
-from workflows.domain.recovery import JobRecoveryInput, JobRecoveryResult, RecoveryState
+from workflows.constants import CAUSE, RECOVERY_STATE
+from workflows.domain.gpu import GpuEvent, GpuEventKind
+from workflows.domain.incident import ActionKind
+from workflows.domain.recovery import (
+    JobRecoveryInput,
+    JobRecoveryResult,
+    JobRecoveryStatus,
+    RecoverySpec,
+    RecoveryState,
+)
 from workflows.domain.slurm import JobState
 from workflows.job_recovery import JobRecoveryWorkflow
 
-
-def _worker(client: Client, task_queue: str, scheduler: FakeScheduler) -> Worker:
-    acts = SlurmActivities(scheduler)
-    return Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[JobRecoveryWorkflow],
-        activities=[acts.observe_job, acts.watch_job],
-    )
+Handle = WorkflowHandle[JobRecoveryWorkflow, JobRecoveryResult]
 
 
-async def _start(
-    client: Client, task_queue: str, job_id: int
-) -> WorkflowHandle[JobRecoveryWorkflow, JobRecoveryResult]:
-    return await client.start_workflow(
-        JobRecoveryWorkflow.run,
-        JobRecoveryInput(cluster="test", job_id=job_id, poll_interval_s=0.1),
-        id=f"rebound/test/job/{job_id}/{uuid.uuid4().hex}",
-        task_queue=task_queue,
-    )
+class Harness:
+    """One test's world: a fake cluster with unique node names, rank logs on disk, a worker."""
+
+    def __init__(self, client: Client, task_queue: str, tmp: Path) -> None:
+        tag = uuid.uuid4().hex[:6]
+        self.nodes = [f"t{tag}n{i}" for i in range(1, 5)]
+        self.sched = FakeScheduler(self.nodes)
+        self.client, self.task_queue, self.tmp = client, task_queue, tmp
+        self.snapshots = SnapshotCache(self.sched, max_age_s=0.05)
+
+    def worker(self) -> Worker:
+        slurm = SlurmActivities(self.sched)
+        watch = WatchActivities(self.snapshots)
+        attribution = AttributionActivities(self.sched)
+        actions = SlurmActionActivities(self.sched)
+        return Worker(
+            self.client,
+            task_queue=self.task_queue,
+            workflows=[JobRecoveryWorkflow],
+            activities=[
+                slurm.observe_job,
+                watch.watch,
+                watch.wait_resume,
+                attribution.attribute_failure,
+                actions.drain_node,
+                actions.requeue_job,
+            ],
+        )
+
+    def log(self, job_id: int, rank: int, *lines: str) -> None:
+        with (self.tmp / f"job-{job_id}-rank-{rank}.log").open("a") as f:
+            for line in lines:
+                f.write(line + "\n")
+
+    def step(self, job_id: int, rank: int, step: int, node: str) -> None:
+        ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        self.log(job_id, rank, f"{ts} [INFO] rank={rank}/4 node={node} step={step} loss=0.5 step_time=0.1s")
+
+    async def start(self, job_id: int, budget: int = 5) -> Handle:
+        spec = RecoverySpec(logs=(str(self.tmp / "job-%j-*.log"),), restart_budget=budget)
+        return await self.client.start_workflow(
+            JobRecoveryWorkflow.run,
+            JobRecoveryInput(cluster="test", job_id=job_id, poll_interval_s=0.1, spec=spec),
+            id=f"rebound/test/job/{job_id}/{uuid.uuid4().hex}",
+            task_queue=self.task_queue,
+        )
 
 
-async def _until_state(handle: WorkflowHandle[JobRecoveryWorkflow, JobRecoveryResult], state: RecoveryState) -> None:
-    for _ in range(100):
-        if (await handle.query(JobRecoveryWorkflow.status)).state is state:
-            return
+@pytest_asyncio.fixture
+async def h(temporal_client: Client, task_queue: str, tmp_path: Path) -> AsyncIterator[Harness]:
+    harness = Harness(temporal_client, task_queue, tmp_path)
+    async with harness.worker():
+        yield harness
+
+
+async def until(handle: Handle, pred: object, timeout: float = 20) -> JobRecoveryStatus:
+    assert callable(pred)
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        st = await handle.query(JobRecoveryWorkflow.status)
+        if pred(st):
+            return st
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met; last state {st.state}: {[e.event for e in st.timeline]}")
         await asyncio.sleep(0.1)
-    raise AssertionError(f"never reached {state}")
 
 
-async def test_watches_a_running_job_and_answers_status(temporal_client: Client, task_queue: str) -> None:
-    sched = FakeScheduler()
-    job = sched.submit(2, name="llm")
-    async with _worker(temporal_client, task_queue, sched):
-        handle = await _start(temporal_client, task_queue, job.job_id)
-        await _until_state(handle, RecoveryState.WATCHING)
-        st = await handle.query(JobRecoveryWorkflow.status)
-        assert st.job_state is JobState.RUNNING
-        assert st.job_name == "llm"
-        assert len(st.nodes) == 2
-        assert [e.event for e in st.timeline] == ["WATCHING"]
+def _actions(st: JobRecoveryStatus, kind: ActionKind) -> list[str]:
+    return [a.target for i in st.incidents for a in i.actions if a.kind is kind]
 
-        sched.finish_job(job.job_id)
-        result = await asyncio.wait_for(handle.result(), timeout=20)
-    assert result.state is RecoveryState.FINISHED
+
+async def test_rank_crash_is_isolated_restarted_and_verified(h: Harness) -> None:
+    job = h.sched.submit(h.nodes[:2], name="llm")
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    h.step(job.job_id, 0, 7, h.nodes[0])
+
+    ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    h.log(job.job_id, 2, f"{ts} [ERROR] rank=2/4 node={h.nodes[1]} step=8 fatal error: exiting with code 13")
+    h.log(job.job_id, 0, "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:1")
+    h.sched.fail_job(job.job_id, exit_code=13)
+
+    st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
+    assert _actions(st, ActionKind.DRAIN) == [h.nodes[1]]  # rank 2 runs on the second node (block layout)
+    assert _actions(st, ActionKind.REQUEUE) == [str(job.job_id)]
+    node = h.sched.nodes[h.nodes[1]]
+    assert node.is_drained and node.reason.startswith(f"rebound: {job.job_id}-1 ")
+    requeued = h.sched.jobs[job.job_id]
+    assert requeued.restart_count == 1 and h.nodes[1] in requeued.excluded_nodes
+
+    h.sched.schedule()
+    assert h.nodes[1] not in h.sched.jobs[job.job_id].nodes
+    h.log(job.job_id, 0, "2026-11-30T00:00:00.000Z [INFO] rank=0/4 node=x resumed from checkpoint step_000005 (step 5)")
+    h.step(job.job_id, 0, 6, h.sched.jobs[job.job_id].nodes[0])
+    st = await until(handle, lambda s: s.state is RecoveryState.WATCHING and s.incidents[-1].resumed_at is not None)
+
+    inc = st.incidents[0]
+    assert inc.attribution is not None and inc.attribution.implicated_ranks == (2,)
+    assert inc.restarted_at is not None and inc.resumed_at is not None
+    assert inc.resumed_from == "step_000005"
+    assert all(a.verified_at is not None for a in inc.actions)
+    assert [a.key.rsplit("/", 2)[-2:] for a in inc.actions] == [["incident-1", f"drain-{h.nodes[1]}"],
+                                                               ["incident-1", "requeue"]]  # fmt: skip
+    assert st.restarts_used == 1
     desc = await handle.describe()
-    assert desc.typed_search_attributes.get(RECOVERY_STATE) == "FINISHED"
-    assert desc.typed_search_attributes.get(JOB_ID) == str(job.job_id)
+    assert desc.typed_search_attributes.get(CAUSE) == "rank-crash"
+    assert desc.typed_search_attributes.get(RECOVERY_STATE) == "WATCHING"
 
-
-async def test_failed_job_is_detected(temporal_client: Client, task_queue: str) -> None:
-    sched = FakeScheduler()
-    job = sched.submit(2)
-    async with _worker(temporal_client, task_queue, sched):
-        handle = await _start(temporal_client, task_queue, job.job_id)
-        await _until_state(handle, RecoveryState.WATCHING)
-        sched.fail_job(job.job_id, exit_code=13)
-        result = await asyncio.wait_for(handle.result(), timeout=20)
-        st = await handle.query(JobRecoveryWorkflow.status)
-    assert result.state is RecoveryState.GAVE_UP
-    assert "FAILED" in result.reason
-    assert [e.event for e in st.timeline] == ["WATCHING", "DETECTED", "GAVE_UP"]
-    assert st.job_state is JobState.FAILED
-
-
-async def test_unknown_job_gives_up_at_once(temporal_client: Client, task_queue: str) -> None:
-    async with _worker(temporal_client, task_queue, FakeScheduler()):
-        handle = await _start(temporal_client, task_queue, 4242)
-        result = await asyncio.wait_for(handle.result(), timeout=20)
-    assert result.state is RecoveryState.GAVE_UP
-    assert "4242" in result.reason
-
-
-async def test_scheduler_outage_is_ridden_out(temporal_client: Client, task_queue: str) -> None:
-    """A transient scheduler failure is retried by Temporal; the watch still ends on the job's real end."""
-    sched = FakeScheduler()
-    job = sched.submit(1)
-    sched.fail_next("get_job", FailureKind.SCHEDULER_UNREACHABLE, times=2)
-    async with _worker(temporal_client, task_queue, sched):
-        handle = await _start(temporal_client, task_queue, job.job_id)
-        await _until_state(handle, RecoveryState.WATCHING)
-        sched.finish_job(job.job_id)
-        result = await asyncio.wait_for(handle.result(), timeout=30)
+    h.sched.finish_job(job.job_id)
+    result = await asyncio.wait_for(handle.result(), 20)
     assert result.state is RecoveryState.FINISHED
-    assert sum(c.method == "get_job" for c in sched.calls) >= 3  # two injected failures, then real reads
 
 
-async def test_permanent_scheduler_error_is_not_retried(temporal_client: Client, task_queue: str) -> None:
-    sched = FakeScheduler()
-    job = sched.submit(1)
-    sched.fail_next("get_job", FailureKind.SCHEDULER_BAD_RESPONSE, times=5)
-    async with _worker(temporal_client, task_queue, sched):
-        handle = await _start(temporal_client, task_queue, job.job_id)
-        with pytest.raises(WorkflowFailureError) as failure:
-            await asyncio.wait_for(handle.result(), timeout=20)
-    cause = failure.value.cause
-    assert isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError)
-    assert cause.cause.type == "SCHEDULER_BAD_RESPONSE"
-    assert sum(c.method == "get_job" for c in sched.calls) == 1  # non-retryable: exactly one attempt
+async def test_gpu_fault_signal_interrupts_the_watch(h: Harness) -> None:
+    job = h.sched.submit(h.nodes[:2])
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    event = GpuEvent(kind=GpuEventKind.XID, host=h.nodes[0], index=1, xid=79, observed_at=datetime.now(UTC), sequence=1)
+    await handle.signal(JobRecoveryWorkflow.gpu_fault_reported, event)
+    await handle.signal(JobRecoveryWorkflow.gpu_fault_reported, event)  # a duplicate changes nothing
+    st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
+    inc = st.incidents[0]
+    assert inc.detected_at == event.observed_at
+    assert inc.attribution is not None and inc.attribution.cause == "xid-79"
+    assert inc.attribution.implicated_gpus == (f"{h.nodes[0]}:1",)
+    assert _actions(st, ActionKind.DRAIN) == [h.nodes[0]]
+    assert len(st.incidents) == 1
+    await handle.terminate()
 
 
-async def test_status_follows_the_job_and_records_requeues(temporal_client: Client, task_queue: str) -> None:
-    sched = FakeScheduler()
-    job = sched.submit(2, start=False)
-    async with _worker(temporal_client, task_queue, sched):
-        handle = await _start(temporal_client, task_queue, job.job_id)
-        await _until_state(handle, RecoveryState.WATCHING)
-        assert (await handle.query(JobRecoveryWorkflow.status)).job_state is JobState.PENDING
+async def test_user_bug_gives_up_without_touching_the_cluster(h: Harness) -> None:
+    job = h.sched.submit(h.nodes[:2])
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    for rank in range(4):
+        h.log(job.job_id, rank, "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+              "ValueError: shape mismatch: expected [batch, 32], got [32, 31]")  # fmt: skip
+    h.sched.fail_job(job.job_id, exit_code=1)
+    result = await asyncio.wait_for(handle.result(), 20)
+    assert result.state is RecoveryState.GAVE_UP and "user-bug" in result.reason
+    st = await handle.query(JobRecoveryWorkflow.status)
+    assert st.incidents[0].attribution is not None and not st.incidents[0].attribution.retryable
+    assert not [c for c in h.sched.calls if c.method in ("drain_node", "requeue_job")]
+    assert h.sched.jobs[job.job_id].restart_count == 0
 
-        sched.schedule()
-        for _ in range(50):
-            st = await handle.query(JobRecoveryWorkflow.status)
-            if st.job_state is JobState.RUNNING:
-                break
-            await asyncio.sleep(0.1)
-        assert st.job_state is JobState.RUNNING and len(st.nodes) == 2
 
-        sched.requeue_by_slurm(job.job_id)
-        for _ in range(50):
-            st = await handle.query(JobRecoveryWorkflow.status)
-            if st.restart_count == 1:
-                break
-            await asyncio.sleep(0.1)
-        assert st.restart_count == 1
-        assert "REQUEUED" in [e.event for e in st.timeline]
-        sched.schedule()
-        sched.finish_job(job.job_id)
-        result = await asyncio.wait_for(handle.result(), timeout=20)
+async def test_restart_budget_is_enforced(h: Harness) -> None:
+    job = h.sched.submit(h.nodes[:2])
+    handle = await h.start(job.job_id, budget=1)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    h.sched.fail_job(job.job_id, exit_code=1)  # no evidence: unknown, retried without exclusion
+    await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
+    h.sched.schedule()
+    h.step(job.job_id, 0, 1, h.nodes[0])
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING and s.restarts_used == 1)
+    h.sched.fail_job(job.job_id, exit_code=1)
+    result = await asyncio.wait_for(handle.result(), 20)
+    assert result.state is RecoveryState.GAVE_UP and "budget" in result.reason
+    assert h.sched.jobs[job.job_id].restart_count == 1
+
+
+async def test_completed_job_finishes(h: Harness) -> None:
+    job = h.sched.submit(h.nodes[:1], start=False)
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    h.sched.schedule()
+    await until(handle, lambda s: s.job_state is JobState.RUNNING)
+    h.sched.finish_job(job.job_id)
+    result = await asyncio.wait_for(handle.result(), 20)
     assert result.state is RecoveryState.FINISHED
+
+
+async def test_unknown_job_gives_up(h: Harness) -> None:
+    handle = await h.start(424242)
+    result = await asyncio.wait_for(handle.result(), 20)
+    assert result.state is RecoveryState.GAVE_UP and "424242" in result.reason
