@@ -1,4 +1,12 @@
-"""``rebound lab demo`` (what `make demo` runs): lab up, demo job submitted and monitored, training shown."""
+"""``rebound lab demo`` (what `make demo` runs): bring the lab up, train a real job, break it, watch Rebound
+recover it.
+
+1. The lab comes up (Temporal, Slurm with 4 GPU nodes, node agents, the Rebound worker).
+2. The demo job (torch.distributed, 2 nodes x 2 ranks) is submitted, opted in through ``--comment``; Rebound's
+   ClusterWatch finds it and starts its JobRecovery workflow.
+3. Once it trains and has a checkpoint, one GPU of its second node raises XID 79 and its rank dies with a CUDA
+   error. Rebound detects it, drains the node, requeues the job without it and waits until it trains again.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,10 @@ from pathlib import Path
 from deploy.local.lab import Lab, format_status
 from deploy.local.processes import LabError, run
 from workers.settings import Settings
+from workflows.domain.recovery import JobRecoveryStatus
+
+FOLLOW_S = 45.0
+RECOVERY_TIMEOUT_S = 150.0
 
 
 def lab_settings(lab: Lab) -> Settings:
@@ -23,47 +35,136 @@ def lab_settings(lab: Lab) -> Settings:
     )
 
 
-def run_demo(lab: Lab, *, follow_s: float = 45.0, min_steps: int = 10) -> int:
-    """Bring everything up, submit and monitor the demo job, and show it training."""
+def run_demo(lab: Lab, *, break_it: bool = True) -> int:
+    """The whole demo; returns 0 when the job trained, was broken, and trained again."""
     from deploy.demo.submit import submit_demo
-    from workers import jobs_cli
 
     took = lab.up()
     print(format_status(lab.status()))
     print(f"lab is up in {took:.1f} s\n")
-    run_name = time.strftime("demo-%Y%m%d-%H%M%S")
-    job_id = submit_demo(lab.cfg.layout, run_name, steps=1_000_000, env=lab.slurm.env())
-    print(f"submitted demo training job {job_id} (run {run_name}): 2 nodes x 2 ranks, torch.distributed/gloo")
+    _fresh_start(lab)
     settings = lab_settings(lab)
-    asyncio.run(jobs_cli.watch(settings, job_id, poll_interval_s=2.0))
-    steps = _follow(lab, run_name, job_id, follow_s=follow_s, min_steps=min_steps)
+    run_name = time.strftime("demo-%Y%m%d-%H%M%S")
+    job_id = submit_demo(lab.cfg.layout, run_name, steps=1_000_000, checkpoint_every=20, env=lab.slurm.env())
+    print(f"submitted demo training job {job_id} (run {run_name}): 2 nodes x 2 ranks, torch.distributed/gloo,")
+    print("opted in to Rebound with sbatch --comment 'rebound: ckpt=...;logs=...'\n")
+    log = lab.cfg.layout.run_dir(run_name) / "logs" / f"job-{job_id}-rank-0.log"
+    offset = _follow(lab, log, job_id, until=lambda line: "saved checkpoint" in line, timeout_s=FOLLOW_S)
+    asyncio.run(_wait_monitored(settings, job_id))
     wf = urllib.parse.quote(f"rebound/{lab.cfg.cluster_name}/job/{job_id}", safe="")
+    ui = f"{lab.cfg.temporal_ui_url}/namespaces/{lab.cfg.temporal_namespace}/workflows/{wf}"
+    ok = True
+    if break_it:
+        ok = _break_and_recover(lab, settings, run_name, job_id, log, offset)
     print(
-        f"\nThe job is training ({steps} step lines shown). It keeps going until you stop it.\n"
-        f"  Temporal Web UI:  {lab.cfg.temporal_ui_url}/namespaces/{lab.cfg.temporal_namespace}/workflows/{wf}\n"
-        f"  follow training:  tail -f {lab.cfg.layout.run_dir(run_name)}/logs/job-{job_id}-rank-0.log\n"
-        f"  recovery status:  .venv/bin/rebound status {job_id}   (after: source {lab.cfg.layout.env_file})\n"
-        f"  break it:         .venv/bin/rebound lab inject crash --run {run_name} --rank 1\n"
+        f"\n  Temporal Web UI:  {ui}\n"
+        f"  follow training:  tail -f {log}\n"
+        f"  the timeline:     .venv/bin/rebound timeline {job_id}   (after: source {lab.cfg.layout.env_file})\n"
+        f"  break it again:   .venv/bin/rebound lab inject crash --run {run_name} --rank 1\n"
         f"  tear down:        make down\n"
     )
-    return 0 if steps >= min_steps else 1
+    return 0 if ok else 1
 
 
-def _follow(lab: Lab, run_name: str, job_id: int, *, follow_s: float, min_steps: int) -> int:
-    """Print rank 0's step lines as they come, until ``min_steps`` were shown or ``follow_s`` passed."""
-    log = lab.cfg.layout.run_dir(run_name) / "logs" / f"job-{job_id}-rank-0.log"
-    deadline = time.monotonic() + follow_s
-    offset, shown = 0, 0
+def _break_and_recover(lab: Lab, settings: Settings, run_name: str, job_id: int, log: Path, offset: int) -> bool:
+    from deploy.demo.inject import inject
+    from workers import jobs_cli
+
+    print("\n*** breaking it: XID 79 (GPU fell off the bus) on the GPU of rank 2, on the job's second node ***")
+    record = inject(lab.cfg.layout, "gpu-fault", run=run_name, rank=2)
+    print(f"  injected at {record.t0:%H:%M:%S.%f} on {record.node} GPU {record.gpu}\n")
+    status = asyncio.run(_watch_recovery(settings, job_id, record.t0.timestamp()))
+    if status is None:
+        print(
+            f"  Rebound did not finish the recovery within {RECOVERY_TIMEOUT_S:.0f} s: see `rebound timeline {job_id}`"
+        )
+        return False
+    print("\n" + jobs_cli.render_timeline(status))
+    print("\n$ sinfo -R   (the node Rebound drained, with its reason)")
+    print(run(["sinfo", "-R"], env=lab.slurm.env()).rstrip())
+    print(f"\ntraining again ({log.name}):")
+    _follow(lab, log, job_id, until=lambda line: False, timeout_s=4.0, start=offset, only_after="resumed from")
+    return True
+
+
+async def _wait_monitored(settings: Settings, job_id: int) -> None:
+    """Wait until ClusterWatch has started the job's workflow (about a second)."""
+    from workers import jobs_cli
+    from workers.client import connect
+    from workflows.domain.errors import ReboundError
+
+    client = await connect(settings.temporal)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            st = await jobs_cli.query_status(client, settings, job_id)
+            print(f"Rebound is monitoring job {job_id}: {st.state.value}")
+            return
+        except ReboundError:
+            if time.monotonic() > deadline:
+                raise LabError(f"Rebound did not pick up job {job_id} within 30 s: see the worker log") from None
+            await asyncio.sleep(0.5)
+
+
+async def _watch_recovery(settings: Settings, job_id: int, t0: float) -> JobRecoveryStatus | None:
+    """Print each state change until the incident is resumed; returns the final status (None on timeout)."""
+    from workers import jobs_cli
+    from workers.client import connect
+
+    client = await connect(settings.temporal)
+    seen = 0
+    deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        st = await jobs_cli.query_status(client, settings, job_id)
+        for e in st.timeline[seen:]:
+            print(f"  +{e.at.timestamp() - t0:6.2f}s  {e.event:<10} {e.detail[:110]}")
+        seen = len(st.timeline)
+        if st.incidents and st.incidents[-1].resumed_at is not None:
+            return st
+        if st.state.is_terminal():
+            return None
+        await asyncio.sleep(0.3)
+    return None
+
+
+def _fresh_start(lab: Lab) -> None:
+    """Healthy GPUs everywhere, and no node still drained by an earlier demo (only Rebound's own drains)."""
+    for node in lab.cfg.node_names:
+        lab.rebound.reset_gpus(node)
+    out = run(["sinfo", "-h", "-N", "-o", "%N|%E"], env=lab.slurm.env())
+    for line in out.splitlines():
+        node, _, reason = line.partition("|")
+        if reason.startswith("rebound:"):
+            run(["scontrol", "update", f"nodename={node}", "state=resume"], env=lab.slurm.env())
+            print(f"released {node} (drained by an earlier demo: {reason})")
+
+
+def _follow(
+    lab: Lab,
+    log: Path,
+    job_id: int,
+    *,
+    until: object,
+    timeout_s: float,
+    start: int = 0,
+    only_after: str = "",
+) -> int:
+    """Print rank 0's interesting lines as they come until ``until(line)``; returns the offset reached."""
+    assert callable(until)
+    deadline = time.monotonic() + timeout_s
+    offset, showing = start, not only_after
     print(f"following {log}:")
-    while time.monotonic() < deadline and shown < min_steps:
+    while time.monotonic() < deadline:
         _check_job_alive(lab, job_id)
         offset, lines = _read_new(log, offset)
         for line in lines:
-            if "step=" in line or "checkpoint" in line or "resum" in line or "world" in line:
+            showing = showing or only_after in line
+            if showing and any(k in line for k in ("step=", "checkpoint", "resum", "process group")):
                 print("  " + line)
-                shown += "step=" in line
-        time.sleep(0.5)
-    return shown
+            if until(line):
+                return offset
+        time.sleep(0.3)
+    return offset
 
 
 def _read_new(path: Path, offset: int) -> tuple[int, list[str]]:
