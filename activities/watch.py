@@ -52,6 +52,7 @@ def to_findings(found: Sequence[CrashFinding], start_order: int = 0) -> list[Log
             order=start_order + i,
             text=f.text,
             culprit=f.culprit,
+            failure_class=f.failure_class.value,
         )
         for i, f in enumerate(f for f in found if f.role is not Role.INFO)
     ]

@@ -262,7 +262,7 @@ def classify(line: LogLine) -> list[CrashFinding]:
     Returns:
         No finding for an ordinary line; one per rank for a rule naming a task list; else one.
     """
-    body = split_prefix(line.text).body
+    body = split_prefix(line.text, parse_time=False).body
     for rule in CRASH_RULES:
         m = rule.pattern.search(body)
         if m is not None:
@@ -288,8 +288,11 @@ def _findings(rule: CrashRule, m: re.Match[str], line: LogLine, body: str) -> li
     leading = _LEADING_EXC.match(body)
     if exception is None and leading is not None:
         exception = leading.group("exception")
-    if message is None:
-        message = body[leading.end() :] if leading is not None else body
+    if message is None and leading is not None:
+        message = body[leading.end() :]
+    elif message is None:
+        # A bare "AssertionError" has no message; any other line is its own message.
+        message = body[m.end("exception") :] if "exception" in g else body
     node = g.get("node")
     if node is None and rule.node_fallback:
         node = line.node or _node_in(body)

@@ -24,11 +24,11 @@ from workflows.domain.base import Frozen
 
 __all__ = [
     "CHECKPOINT_RULES",
-    "NOT_PROGRESS",
-    "STEP_RULES",
     "CheckpointMark",
     "CheckpointRule",
+    "NOT_PROGRESS",
     "ProgressFinding",
+    "STEP_RULES",
     "StepMark",
     "StepRule",
     "find_progress",
@@ -122,7 +122,9 @@ STEP_RULES: tuple[StepRule, ...] = (
 NOT_PROGRESS: tuple[re.Pattern[str], ...] = (
     re.compile(r"checkpoint", re.IGNORECASE),
     re.compile(r"\b(?:error|fatal|exception|traceback)\b", re.IGNORECASE),
-    re.compile(r"\b(?:starting|start|resuming|restarting) (?:from|at) (?:step|iteration)|\bskip", re.IGNORECASE),
+    re.compile(
+        r"\b(?:starting|start|resuming|restarting) (?:from|at) (?:step|iteration)|\bskipping\b|\bwill skip\b", re.I
+    ),
 )
 
 _NAME = r"['\"]?(?P<name>[^\s'\",;]+)['\"]?"
@@ -162,7 +164,7 @@ def parse_step(line: LogLine) -> StepMark | None:
     Returns:
         The step mark, or None for lines that report no step or match ``NOT_PROGRESS``.
     """
-    body = split_prefix(line.text).body
+    body = split_prefix(line.text, parse_time=False).body
     if any(p.search(body) for p in NOT_PROGRESS):
         return None
     for rule in STEP_RULES:
@@ -197,7 +199,7 @@ def parse_checkpoint(line: LogLine) -> CheckpointMark | None:
     Returns:
         The checkpoint mark, or None.
     """
-    body = split_prefix(line.text).body
+    body = split_prefix(line.text, parse_time=False).body
     for rule in CHECKPOINT_RULES:
         m = rule.pattern.search(body)
         if m is None:

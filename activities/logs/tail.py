@@ -28,6 +28,10 @@ Rank of a line, first rule that gives one:
 
 A bare ``-N.out`` suffix is deliberately not a rank: ``slurm-1234.out`` ends in the job id.
 
+Leading timestamps (``LogLine.at``): ISO 8601 with ``T`` or a space, ``.`` or ``,`` before the fraction,
+optionally in brackets and with a zone (``2026-11-30T03:40:01.123Z``, ``[2026-11-30 03:40:01,123]``); a time
+without a zone is taken as UTC. Lines without one (traceback lines) get None.
+
 Lines end at ``\\n``, ``\\r\\n`` or a bare ``\\r`` (progress bars redraw with ``\\r``; each redraw is a line).
 Empty lines are skipped. A line longer than ``max_bytes_per_file`` is returned in pieces of that size.
 """
@@ -109,11 +113,13 @@ class LinePrefix(NamedTuple):
     body: str
 
 
-def split_prefix(text: str) -> LinePrefix:
+def split_prefix(text: str, *, parse_time: bool = True) -> LinePrefix:
     """Peel an srun label, a PyTorch rank prefix and a leading timestamp off ``text``, in that order.
 
     Args:
         text: One log line.
+        parse_time: False when only the body is wanted: ``at`` is then None and anything shaped like a
+            timestamp is stripped, even an impossible date (parsing is most of the cost).
 
     Returns:
         The prefixes found and the body: the line after them, indentation kept when there was no timestamp
@@ -130,8 +136,8 @@ def split_prefix(text: str) -> LinePrefix:
     at = None
     m = _TIMESTAMP.match(text)
     if m:
-        at = _parse_timestamp(m)
-        if at is not None:
+        at = _parse_timestamp(m) if parse_time else None
+        if at is not None or not parse_time:
             text = text[m.end() :]
     return LinePrefix(label, torch_rank, at, text)
 
@@ -217,6 +223,9 @@ class _Pattern:
 
 class LogTail:
     """Reads what was appended to a set of log files since the offsets it is given.
+
+    The object holds no reading state (only the compiled patterns), so a restarted activity simply builds a new
+    one and passes the offsets it last heartbeated.
 
     Args:
         patterns: Glob patterns with srun placeholders (module docstring); ``%j`` already expanded, see
@@ -326,7 +335,7 @@ def _split(data: bytes, base: int, offset: int, budget: int) -> _Chunk:
         # One line longer than the whole budget: hand it over in pieces rather than never advancing.
         lines.append((base + start, data[start:].rstrip(b"\r")))
         pos = len(data)
-    window = data[max(0, base + pos - _FP_WINDOW) - base : pos + 1]
+    window = data[max(0, base + pos - _FP_WINDOW) - base : pos]
     return _Chunk(lines, base + pos, zlib.crc32(window))
 
 

@@ -137,3 +137,5 @@ class LogFinding(Frozen):
     """Position in reading order: the tie-breaker when lines carry no timestamp."""
     text: str = ""
     culprit: bool = False
+    failure_class: str = ""
+    """The rule's hint (``hardware``, ``user``...): a CUDA out-of-memory is the program's, not the GPU's."""

@@ -88,10 +88,11 @@ def attribute(facts: AttributionFacts) -> Attribution:
             evidence=_evidence(f for f in facts.findings if f.kind == "node_failure"),
         )
     ordered = sorted(facts.findings, key=_first_key)
-    cuda = [f for f in ordered if f.kind in GPU_KINDS]
+    cuda = [f for f in ordered if f.kind in GPU_KINDS and f.failure_class != FailureClass.USER.value]
     if cuda:
         return _culprit(cuda[0], facts, FailureClass.HARDWARE, "cuda-error", 0.8, ordered)
-    user = [f for f in ordered if f.kind in USER_KINDS]
+    # An exception from the code, or a GPU error the code caused (CUDA out of memory, device-side assert).
+    user = [f for f in ordered if f.kind in USER_KINDS or (f.kind in GPU_KINDS and f.failure_class == "user")]
     if user:
         return _user_bug(user, facts)
     # A rank that reported a broken connection and then exited non-zero (srun's "Exited with exit code 1")

@@ -114,3 +114,10 @@ def test_a_neighbour_that_only_looked_unresponsive_is_spared() -> None:
     victims = [LogFinding(kind="comm_error", rank=r) for r in (0, 1)]
     a = attribute(facts(findings=victims, ranks_logging=[0, 1], unresponsive_nodes=["n1", "n2"]))
     assert a.implicated_nodes == ("n2",)
+
+
+def test_cuda_out_of_memory_is_the_programs_fault() -> None:
+    oom = LogFinding(kind="cuda_error", rank=1, culprit=True, failure_class="user", exception="torch.OutOfMemoryError",
+                     text="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")  # fmt: skip
+    a = attribute(facts(findings=[oom]))
+    assert a.failure_class is FailureClass.USER and not a.retryable and a.implicated_nodes == ()

@@ -1,0 +1,61 @@
+"""JobRecovery continues as new before its history grows large, carrying its state.
+
+Runs on its own dev server whose continue-as-new suggestion comes after 40 events instead of ~4,000, so that a
+handful of state changes is enough.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest_asyncio
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from deploy.local.temporal_server import temporal_binary
+from tests.workflows.test_job_recovery import Harness, until
+from workflows.constants import ALL_SEARCH_ATTRIBUTES
+from workflows.domain.recovery import RecoveryState
+from workflows.domain.slurm import JobState
+from workflows.job_recovery import JobRecoveryWorkflow
+
+
+@pytest_asyncio.fixture
+async def small_history_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        data_converter=pydantic_data_converter,
+        search_attributes=list(ALL_SEARCH_ATTRIBUTES),
+        dev_server_extra_args=["--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=40"],
+        dev_server_log_level="error",
+    )
+    yield env
+    await env.shutdown()
+
+
+async def test_state_survives_continue_as_new(small_history_env: WorkflowEnvironment, tmp_path: Path) -> None:
+    h = Harness(small_history_env.client, f"tq-{uuid.uuid4().hex}", tmp_path)
+    job = h.sched.submit(h.nodes[:2])
+    async with h.worker():
+        handle = await h.start(job.job_id)
+        await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+        h.step(job.job_id, 0, 1, h.nodes[0])
+        # Each suspend/resume is a state change the workflow records: enough of them fill the history.
+        for _ in range(12):
+            for state in (JobState.SUSPENDED, JobState.RUNNING):
+                h.sched._update(job.job_id, state=state)  # an operator's scontrol suspend/resume
+                await until(handle, lambda s, state=state: s.job_state is state)
+        st = await until(handle, lambda s: s.runs >= 2, timeout=30)
+        assert [e.event for e in st.timeline][0] == "WATCHING"  # the first run's timeline came along
+        h.sched.finish_job(job.job_id)
+        result = await asyncio.wait_for(handle.result(), 20)
+        latest = small_history_env.client.get_workflow_handle_for(JobRecoveryWorkflow.run, handle.id)
+        final = await latest.query(JobRecoveryWorkflow.status)
+    assert result.state is RecoveryState.FINISHED
+    assert final.runs >= 2 and final.state is RecoveryState.FINISHED
+    runs = [wf async for wf in small_history_env.client.list_workflows(f'WorkflowId = "{handle.id}"')]
+    assert WorkflowExecutionStatus.CONTINUED_AS_NEW in {r.status for r in runs}
