@@ -9,6 +9,7 @@ worker or of the Temporal server at any point leads to the action being done exa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -141,6 +142,8 @@ class JobRecoveryWorkflow:
         await workflow.wait_condition(lambda: handle.done() or bool(self._gpu_events))
         if not handle.done():
             handle.cancel()
+            with contextlib.suppress(ActivityError):  # TRY_CANCEL: resolves at once as cancelled
+                await handle
             events = tuple(self._gpu_events)
             first = events[0]
             anomaly = Anomaly(
