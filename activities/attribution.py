@@ -61,7 +61,14 @@ class AttributionActivities:
                 snap = await self._scheduler.snapshot()
             persistence.see(snap, inp.job_nodes)
             verdict = self._attribute(inp, persistence, findings, ranks_logging)
-        return AttributeResult(attribution=verdict, offsets=offsets, findings=tuple(findings))
+        with classified_errors():
+            final = await self._scheduler.get_job(inp.job_id)
+        return AttributeResult(
+            attribution=verdict,
+            offsets=offsets,
+            findings=tuple(findings),
+            job_state=final.state if final is not None else None,
+        )
 
     def _attribute(
         self, inp: AttributeInput, persistence: _Persistence, findings: list[LogFinding], ranks_logging: set[int]

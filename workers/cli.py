@@ -45,8 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="machine-readable output")
 
     from deploy.local.cli import add_lab_parser
+    from workers.bench import add_bench_parser
 
     add_lab_parser(sub)
+    add_bench_parser(sub)
     return p
 
 
@@ -58,6 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from deploy.local.cli import run_lab_command
 
             return run_lab_command(args)
+        if args.command == "bench":
+            from workers.bench.recovery import run_bench_command
+
+            return run_bench_command(args)
         settings = Settings()
         logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         if args.command == "settings":

@@ -181,8 +181,12 @@ class JobRecoveryWorkflow:
         self._put_incident(incident)
         self._set_state(RecoveryState.DETECTED, anomaly.summary, incident=number)
 
-        attribution = await self._attribute(job, anomaly, findings)
+        attribution, job_state = await self._attribute(job, anomaly, findings)
         incident = self._put_incident(incident.model_copy(update={"attribution": attribution}))
+        if job_state is JobState.CANCELLED:
+            # Its ranks were stopped by scancel (their "Terminated" lines looked like a failure): not an incident.
+            self._put_incident(incident.model_copy(update={"outcome": "cancelled by its owner"}))
+            return self._end(RecoveryState.FINISHED, "the job was cancelled by its owner")
         self._set_state(
             RecoveryState.ATTRIBUTED,
             f"{attribution.failure_class.value}/{attribution.cause} "
@@ -254,7 +258,9 @@ class JobRecoveryWorkflow:
         return None
 
     # ----- steps ---------------------------------------------------------------------------------------------------
-    async def _attribute(self, job: SlurmJob, anomaly: Anomaly, findings: tuple[LogFinding, ...]) -> Attribution:
+    async def _attribute(
+        self, job: SlurmJob, anomaly: Anomaly, findings: tuple[LogFinding, ...]
+    ) -> tuple[Attribution, JobState | None]:
         nodes = job.nodes or self._status.nodes
         gpu_events = list(anomaly.gpu_events) + [e for e in self._gpu_events if e not in anomaly.gpu_events]
         self._gpu_events.clear()
@@ -282,7 +288,7 @@ class JobRecoveryWorkflow:
             **ATTRIBUTE,
         )
         self._status = self._status.model_copy(update={"log_offsets": result.offsets})
-        return result.attribution
+        return result.attribution, result.job_state
 
     async def _read_gpus(self, node: str) -> GpuHealthReport | None:
         try:

@@ -211,3 +211,14 @@ async def test_unknown_job_gives_up(h: Harness) -> None:
     handle = await h.start(424242)
     result = await asyncio.wait_for(handle.result(), 20)
     assert result.state is RecoveryState.GAVE_UP and "424242" in result.reason
+
+
+async def test_owner_cancel_is_not_an_incident(h: Harness) -> None:
+    job = h.sched.submit(h.nodes[:2])
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    h.sched._end(job.job_id, JobState.CANCELLED, "", None, 15)  # scancel
+    h.log(job.job_id, 0, f"srun: error: {h.nodes[0]}: tasks 0-1: Terminated")
+    result = await asyncio.wait_for(handle.result(), 20)
+    assert result.state is RecoveryState.FINISHED and "cancelled" in result.reason
+    assert not [c for c in h.sched.calls if c.method in ("drain_node", "requeue_job")]

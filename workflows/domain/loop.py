@@ -63,6 +63,8 @@ class AttributeResult(Frozen):
     attribution: Attribution
     offsets: dict[str, int] = {}
     findings: tuple[LogFinding, ...] = ()
+    job_state: JobState | None = None
+    """The job's state at the end of the settle window: CANCELLED means its owner stopped it, not a failure."""
 
 
 class DrainInput(Frozen):

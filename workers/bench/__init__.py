@@ -1,0 +1,31 @@
+"""``rebound bench ...``: benchmarks that run against the local lab (see ``workers.bench.recovery``).
+
+Only the argument parser lives here, so that ``rebound --help`` stays fast: the benchmarks import the lab,
+Temporal and the workflows when they run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_bench_parser"]
+
+
+def add_bench_parser(sub: Any) -> None:
+    """Add ``bench recovery [--scenarios LIST] [--repeat N] [--json PATH]`` to the ``rebound`` subcommands."""
+    bench = sub.add_parser("bench", help="benchmarks against the local lab (./.rebound-lab)")
+    cmds = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND")
+    rec = cmds.add_parser(
+        "recovery",
+        help="inject real faults into the demo job and measure detection, recovery action, resume, lost work",
+    )
+    rec.add_argument(
+        "--scenarios",
+        default=None,
+        help="comma-separated: rank-crash,node-crash,xid,user-bug (default: all of them, in that order)",
+    )
+    rec.add_argument("--repeat", type=int, default=3, help="runs per scenario (default 3)")
+    rec.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
+    rec.add_argument("--timeout", type=float, default=180.0, help="seconds from the fault to an outcome, per run")
+    rec.add_argument("--warmup-steps", type=int, default=30, help="inject once rank 0 trained this many steps")
