@@ -83,7 +83,13 @@ def _break_and_recover(lab: Lab, settings: Settings, run_name: str, job_id: int,
     print("\n$ sinfo -R   (the node Rebound drained, with its reason)")
     print(run(["sinfo", "-R"], env=lab.slurm.env()).rstrip())
     print(f"\ntraining again ({log.name}):")
-    _follow(lab, log, job_id, until=lambda line: False, timeout_s=4.0, start=offset, only_after="resumed from")
+    shown = [0]
+
+    def enough(line: str) -> bool:
+        shown[0] += "step=" in line and shown[0] >= 0
+        return shown[0] >= 6
+
+    _follow(lab, log, job_id, until=enough, timeout_s=6.0, start=offset, only_after="resumed from")
     return True
 
 
