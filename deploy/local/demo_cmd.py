@@ -83,11 +83,14 @@ def _break_and_recover(lab: Lab, settings: Settings, run_name: str, job_id: int,
     print("\n$ sinfo -R   (the node Rebound drained, with its reason)")
     print(run(["sinfo", "-R"], env=lab.slurm.env()).rstrip())
     print(f"\ntraining again ({log.name}):")
-    shown = [0]
+    steps_after_resume: list[str] = []
+    resumed = [False]
 
     def enough(line: str) -> bool:
-        shown[0] += "step=" in line and shown[0] >= 0
-        return shown[0] >= 6
+        resumed[0] = resumed[0] or "resumed from" in line
+        if resumed[0] and "step=" in line:
+            steps_after_resume.append(line)
+        return len(steps_after_resume) >= 6
 
     _follow(lab, log, job_id, until=enough, timeout_s=6.0, start=offset, only_after="resumed from")
     return True
