@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.attribution import AttributionActivities
@@ -217,7 +217,14 @@ class JobRecoveryWorkflow:
                         + (f" after {pause:.0f} s backoff" if pause else ""), number)  # fmt: skip
         if pause:
             await workflow.sleep(pause, summary=f"backoff before restart {self._status.restarts_used + 1}")
-        incident = await self._requeue(incident, job, attribution, expected_restarts)
+        try:
+            incident = await self._requeue(incident, job, attribution, expected_restarts)
+        except ActivityError as e:
+            # Permanent refusals (a --no-requeue job, a job Slurm forgot): say so instead of failing the workflow.
+            cause = e.cause
+            kind = cause.type if isinstance(cause, ApplicationError) else type(cause).__name__
+            self._put_incident(incident.model_copy(update={"outcome": f"requeue refused: {kind}"}))
+            return self._end(RecoveryState.GAVE_UP, f"the job cannot be requeued ({kind}): {cause}")
         if self._status.job_state is JobState.CANCELLED:
             self._put_incident(incident.model_copy(update={"outcome": "cancelled by its owner"}))
             return self._end(RecoveryState.FINISHED, "the job was cancelled by its owner during recovery")

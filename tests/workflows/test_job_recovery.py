@@ -222,3 +222,13 @@ async def test_owner_cancel_is_not_an_incident(h: Harness) -> None:
     result = await asyncio.wait_for(handle.result(), 20)
     assert result.state is RecoveryState.FINISHED and "cancelled" in result.reason
     assert not [c for c in h.sched.calls if c.method in ("drain_node", "requeue_job")]
+
+
+async def test_a_job_that_may_not_be_requeued_gives_up_clearly(h: Harness) -> None:
+    job = h.sched.submit(h.nodes[:2], requeue=False)
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    h.sched.fail_job(job.job_id, exit_code=1)
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.state is RecoveryState.GAVE_UP
+    assert "SCHEDULER_REJECTED" in result.reason and "--no-requeue" in result.reason
