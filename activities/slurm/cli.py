@@ -23,12 +23,12 @@ import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from activities.slurm.errors import errno_from_text, kind_from_text
 from activities.slurm.guarded import GuardedActions, SlurmCallError
 from activities.slurm.parse import load_payload, parse_jobs, parse_nodes
+from activities.slurm.port import gather_snapshot
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.slurm import ClusterSnapshot, SlurmJob, SlurmNode
 
@@ -71,14 +71,7 @@ class SlurmCliScheduler(GuardedActions):
         Raises:
             ReboundError: The first failure of the two commands.
         """
-        observed_at = datetime.now(UTC)
-        # return_exceptions: both commands finish (each has its own deadline) before either failure is raised.
-        jobs, nodes = await asyncio.gather(self.list_jobs(), self.list_nodes(), return_exceptions=True)
-        if isinstance(jobs, BaseException):
-            raise jobs
-        if isinstance(nodes, BaseException):
-            raise nodes
-        return ClusterSnapshot(observed_at=observed_at, jobs=jobs, nodes=nodes)
+        return await gather_snapshot(self)
 
     async def list_jobs(self) -> tuple[SlurmJob, ...]:
         """See ``SchedulerReads.list_jobs``.

@@ -43,7 +43,9 @@ The safe recovery sequence on Slurm 22.05 (verified, about 1 s from requeue to R
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 from workflows.domain.slurm import ClusterSnapshot, SlurmJob, SlurmNode
@@ -229,3 +231,18 @@ class CompositeScheduler:
     async def release_job(self, job_id: int, *, start_now: bool = False) -> None:
         """See ``SchedulerActions.release_job``."""
         await self.actions.release_job(job_id, start_now=start_now)
+
+
+async def gather_snapshot(reads: SchedulerReads) -> ClusterSnapshot:
+    """Jobs and nodes read concurrently into one snapshot; both reads finish before either failure is raised.
+
+    Raises:
+        ReboundError: The first failure of the two reads.
+    """
+    observed_at = datetime.now(UTC)
+    jobs, nodes = await asyncio.gather(reads.list_jobs(), reads.list_nodes(), return_exceptions=True)
+    if isinstance(jobs, BaseException):
+        raise jobs
+    if isinstance(nodes, BaseException):
+        raise nodes
+    return ClusterSnapshot(observed_at=observed_at, jobs=jobs, nodes=nodes)

@@ -20,8 +20,6 @@ Measured on the 4-node lab: 3-4 ms per request over the unix socket or TCP with 
 
 from __future__ import annotations
 
-import asyncio
-from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
 
@@ -30,6 +28,7 @@ from pydantic import SecretStr
 
 from activities.slurm.errors import api_errors
 from activities.slurm.parse import load_payload, parse_jobs, parse_nodes
+from activities.slurm.port import gather_snapshot
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.slurm import ClusterSnapshot, SlurmJob, SlurmNode
 
@@ -94,13 +93,7 @@ class SlurmRestScheduler:
         Raises:
             ReboundError: The first failure of the two requests.
         """
-        observed_at = datetime.now(UTC)
-        jobs, nodes = await asyncio.gather(self.list_jobs(), self.list_nodes(), return_exceptions=True)
-        if isinstance(jobs, BaseException):
-            raise jobs
-        if isinstance(nodes, BaseException):
-            raise nodes
-        return ClusterSnapshot(observed_at=observed_at, jobs=jobs, nodes=nodes)
+        return await gather_snapshot(self)
 
     async def list_jobs(self) -> tuple[SlurmJob, ...]:
         """See ``SchedulerReads.list_jobs``.
