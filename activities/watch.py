@@ -101,6 +101,12 @@ class WatchActivities:
             activity.heartbeat({"offsets": offsets, "polls": polls, "nodes": nodes_seen})
             now = datetime.now(UTC)
             findings = to_findings(scan(lines))
+            stopped_from_outside = job is not None and (
+                job.restart_count > inp.last_restart_count or job.state is JobState.CANCELLED
+            )
+            if stopped_from_outside and not any(f.culprit for f in findings):
+                # An operator's requeue or an owner's scancel: the ranks' "Terminated" lines are not a failure.
+                findings = []
             if findings:
                 return _anomaly(AnomalyKind.RANK_CRASH, now, job, findings, offsets, polls)
             down = unresponsive(snap, nodes_seen) if job is None or not job.state.is_terminal() else []
@@ -113,9 +119,6 @@ class WatchActivities:
                 if job.state.is_failure():
                     summary = f"job ended {job.state.value} (exit {job.exit_code}, {job.state_reason})"
                     return _anomaly(AnomalyKind.JOB_FAILED, now, job, [], offsets, polls, summary)
-                if job.restart_count > inp.last_restart_count:
-                    summary = f"Slurm requeued the job ({job.state_reason or 'no reason given'})"
-                    return _anomaly(AnomalyKind.NODE_FAILURE, now, job, [], offsets, polls, summary)
                 return JobWatchResult(
                     outcome=WatchOutcome.CHANGED, observed_at=now, job=job, offsets=offsets, polls=polls
                 )
@@ -135,6 +138,8 @@ class WatchActivities:
             now = datetime.now(UTC)
             if job is None:
                 return WaitResumeResult(outcome=ResumeOutcome.GONE, observed_at=now, offsets=offsets)
+            if job.state is JobState.CANCELLED:
+                return WaitResumeResult(outcome=ResumeOutcome.CANCELLED, observed_at=now, offsets=offsets, job=job)
             tail = LogTail(log_patterns(inp.log_patterns, job, inp.job_id))
             lines, offsets = await asyncio.to_thread(tail.read_new, offsets)
             activity.heartbeat({"offsets": offsets, "polls": 0, "nodes": list(job.nodes)})

@@ -160,6 +160,8 @@ class JobRecoveryWorkflow:
             return None
         self._observe(result.job, keep_nodes=result.outcome is WatchOutcome.ANOMALY)
         if result.outcome is WatchOutcome.CHANGED:
+            if result.job.restart_count > job.restart_count:
+                self._record("REQUEUED", f"requeued outside Rebound (restart {result.job.restart_count})")
             self._record("CHANGED", f"job is {result.job.state.value} on {','.join(result.job.nodes) or '-'}")
             return result.job, None, ()
         return result.job, result.anomaly, result.findings
@@ -186,6 +188,7 @@ class JobRecoveryWorkflow:
         if job_state is JobState.CANCELLED:
             # Its ranks were stopped by scancel (their "Terminated" lines looked like a failure): not an incident.
             self._put_incident(incident.model_copy(update={"outcome": "cancelled by its owner"}))
+            self._status = self._status.model_copy(update={"job_state": JobState.CANCELLED})
             return self._end(RecoveryState.FINISHED, "the job was cancelled by its owner")
         self._set_state(
             RecoveryState.ATTRIBUTED,
@@ -245,6 +248,9 @@ class JobRecoveryWorkflow:
         if resumed.job is not None:
             self._observe(resumed.job)
             self._last_job = resumed.job
+        if resumed.outcome is ResumeOutcome.CANCELLED:
+            self._put_incident(incident.model_copy(update={"outcome": "cancelled by its owner"}))
+            return self._end(RecoveryState.FINISHED, "the job was cancelled by its owner during recovery")
         if resumed.outcome is ResumeOutcome.GONE:
             return self._end(RecoveryState.GAVE_UP, "the scheduler no longer lists the job")
         if resumed.outcome is ResumeOutcome.FAILED_AGAIN:
@@ -272,7 +278,9 @@ class JobRecoveryWorkflow:
         gpu_events = list(anomaly.gpu_events) + [e for e in self._gpu_events if e not in anomaly.gpu_events]
         self._gpu_events.clear()
         reports = await asyncio.gather(*(self._read_gpus(n) for n in nodes))
-        start = job.start_time
+        # Only this attempt's GPU events: an XID from before it started is another job's story (and evidence
+        # for the node's history, not for this failure).
+        start = job.start_time or self._status.running_since or anomaly.observed_at
         for report in reports:
             if report is not None:
                 gpu_events += [
@@ -391,6 +399,8 @@ class JobRecoveryWorkflow:
         }
         if job.nodes or not keep_nodes:
             update["nodes"] = job.nodes or self._status.nodes
+        if job.state is JobState.RUNNING and job.start_time is not None:
+            update["running_since"] = job.start_time
         if not keep_nodes:
             update["restart_count"] = job.restart_count
         self._status = self._status.model_copy(update=update)

@@ -6,8 +6,7 @@ so the lab's own worker starts its JobRecovery; waits for a checkpoint; injects 
 bug). Every claim of the workflow is checked against Slurm (fresh ``sinfo``/``squeue``, slurmctld's log) and
 against the job's own logs. The detection latency (detected_at - t0) is printed.
 
-The two ``xfail(strict=True)`` tests pin down bugs found this way; they start passing (and then fail as XPASS)
-once the bug is fixed: remove the mark then.
+The last two tests pin down bugs these tests found (a cancel during the resume wait; an old XID blamed).
 """
 
 from __future__ import annotations
@@ -101,12 +100,6 @@ async def test_user_bug_gives_up_without_draining_anything(lab: LabHandle) -> No
             print(f"  evidence [{ev.source.value} {ev.node} rank {ev.rank}] {ev.text[:120]}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: JobRecovery stays VERIFYING after the owner cancels the requeued job: job_wait_resume returns "
-    "only on a step, a failure state or a vanished job, and CANCELLED is none of them (until MinJobAge ends it "
-    "as GAVE_UP 'no longer lists the job')",
-)
 async def test_owner_cancel_while_waiting_for_the_resume_ends_the_recovery(lab: LabHandle) -> None:
     async with monitored_demo(lab, "cancel-verify") as (job, rec):
         inject(lab.layout, "crash", run=job.run, rank=3)
@@ -118,13 +111,6 @@ async def test_owner_cancel_while_waiting_for_the_resume_ends_the_recovery(lab: 
         assert st.state is RecoveryState.FINISHED, rec.describe()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an XID seen on a node before the job even started is blamed when the job fails while PENDING "
-    "(e.g. an operator's requeue): JobRecoveryWorkflow._attribute keeps GPU events newer than job.start_time, "
-    "which is None for a PENDING job, so every event of the node's agent within 5 minutes counts; the node is "
-    "drained for xid-79",
-)
 async def test_an_xid_from_before_the_job_started_is_not_blamed(lab: LabHandle) -> None:
     node = lab.nodes[0]
     try:

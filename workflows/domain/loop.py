@@ -114,6 +114,8 @@ class ResumeOutcome(StrEnum):
     RESUMED = "resumed"
     FAILED_AGAIN = "failed_again"
     GONE = "gone"
+    CANCELLED = "cancelled"
+    """Its owner cancelled it while Rebound waited for it to train again."""
 
 
 class WaitResumeResult(Frozen):

@@ -70,6 +70,8 @@ class JobRecoveryStatus(Frozen):
     """Byte offset of every rank output file read so far: a restarted watch neither re-reads nor misses lines."""
     runs: int = 1
     """Workflow runs so far (continue-as-new adds one)."""
+    running_since: datetime | None = None
+    """When the job's current attempt started running: GPU events from before it are not this attempt's."""
 
 
 class JobRecoveryResult(Frozen):

@@ -113,13 +113,15 @@ def attribute(facts: AttributionFacts) -> Attribution:
     if victims:
         silent = _silent_nodes(facts)
         if silent:
+            # Silence alone never drains a node: the activity waits for the scheduler to confirm it is dead
+            # (then rule 2 applies); unconfirmed, the job is restarted without excluding anyone.
             return Attribution(
                 failure_class=FailureClass.UNKNOWN,
                 cause="ranks-vanished",
                 retryable=True,
                 confidence=0.4,
-                implicated_nodes=silent,
-                explanation=f"peers lost their connections while every rank on {', '.join(silent)} went silent",
+                explanation=f"peers lost their connections while every rank on {', '.join(silent)} went silent; "
+                "the scheduler did not confirm a dead node",
                 evidence=_evidence(victims[:3]),
             )
     return Attribution(
