@@ -27,7 +27,7 @@ from tests.e2e.recovery_support import (
     slurm_job,
 )
 from tests.lab_support import LabHandle
-from workflows.domain.incident import EvidenceSource, FailureClass
+from workflows.domain.incident import FailureClass
 from workflows.domain.recovery import RecoveryState
 from workflows.domain.slurm import JobState
 
@@ -111,7 +111,7 @@ async def test_owner_cancel_while_waiting_for_the_resume_ends_the_recovery(lab: 
         assert st.state is RecoveryState.FINISHED, rec.describe()
 
 
-async def test_an_xid_from_before_the_job_started_is_not_blamed(lab: LabHandle) -> None:
+async def test_an_operators_requeue_is_not_an_incident_and_an_old_xid_is_not_blamed(lab: LabHandle) -> None:
     node = lab.nodes[0]
     try:
         append_xid(lab.layout.nvml_state(node), 0, 79)  # on a node with no job: the agent records it, nobody else
@@ -120,14 +120,12 @@ async def test_an_xid_from_before_the_job_started_is_not_blamed(lab: LabHandle) 
         demo = monitored_demo(lab, "stale-xid", extra_sbatch_args=[f"--nodelist={node}"], checkpoint=False)
         async with demo as (job, rec):
             assert node in (await slurm_job(lab, job.job_id)).nodes
-            lab.slurm("scontrol", "requeue", str(job.job_id))  # an operator requeues it: no GPU is at fault
-            st = await rec.wait(
-                lambda s: (i := incident_of(s)) is not None and i.attribution is not None, 30, "an attribution"
-            )
-            inc = incident_of(st)
-            assert inc is not None and inc.attribution is not None
-            att = inc.attribution
-            assert "xid" not in att.cause and not att.implicated_gpus, rec.describe()
-            assert not any(ev.source is EvidenceSource.GPU for ev in att.evidence), rec.describe()
+            lab.slurm("scontrol", "requeue", str(job.job_id))  # an operator requeues it: nothing is at fault
+            st = await rec.wait(lambda s: any(e.event == "REQUEUED" for e in s.timeline), 30, "the requeue recorded")
+            await asyncio.sleep(3)  # give a wrong incident every chance to appear
+            st = await rec.wait(lambda s: True, 10, "a status")
+            assert not st.incidents, rec.describe()
+            assert st.restarts_used == 0
+            assert not (lab.slurm("sinfo", "-h", "-N", "-o", "%N %E").count("rebound:")), "nothing may be drained"
     finally:
         lab.lab.rebound.reset_gpus(node)
