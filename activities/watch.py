@@ -101,8 +101,17 @@ class WatchActivities:
             activity.heartbeat({"offsets": offsets, "polls": polls, "nodes": nodes_seen})
             now = datetime.now(UTC)
             findings = to_findings(scan(lines))
+            if findings and not any(f.culprit for f in findings):
+                # Only victims' lines ("Terminated", lost peers): the shared snapshot may be a second behind the
+                # logs, so ask Slurm now whether someone requeued or cancelled the job.
+                with classified_errors():
+                    snap = await self._snapshots.get(max_age_s=0)
+                job = snap.job(inp.job_id)
+            # Requeued (its restart count may lag), cancelled, or being torn down: with no culprit in the logs,
+            # the scheduler's own next state tells what happened (a failed job ends FAILED and is caught then).
             stopped_from_outside = job is not None and (
-                job.restart_count > inp.last_restart_count or job.state is JobState.CANCELLED
+                job.restart_count > inp.last_restart_count
+                or job.state in (JobState.CANCELLED, JobState.PENDING, JobState.COMPLETING)
             )
             if stopped_from_outside and not any(f.culprit for f in findings):
                 # An operator's requeue or an owner's scancel: the ranks' "Terminated" lines are not a failure.

@@ -102,13 +102,16 @@ class SlurmActionActivities:
                 return RequeueResult(
                     job_id=inp.job_id, verified_at=datetime.now(UTC), state=job.state, restart_count=job.restart_count
                 )
-            if job.restart_count <= inp.expected_restart_count:
-                # Not requeued yet (by us in an earlier attempt, or by Slurm itself after a node failure).
+            if job.state is JobState.COMPLETING:
+                # The old run is still being torn down (by Slurm, an operator's requeue, or our earlier attempt).
+                raise ReboundError(FailureKind.SCHEDULER_BUSY, f"job {inp.job_id} is still completing")
+            needs_requeue = job.state is not JobState.PENDING and job.restart_count <= inp.expected_restart_count
+            if needs_requeue:
+                # Not requeued yet (by us in an earlier attempt, by Slurm after a node failure, or by an operator):
+                # a PENDING job already waits to run again, whatever its restart count says.
                 await self._wait_for_dead_nodes(job)
                 await sched.requeue_job(inp.job_id, hold=True, expected_restart_count=inp.expected_restart_count)
                 job = await self._job(inp.job_id)
-                if job.restart_count <= inp.expected_restart_count:
-                    raise ReboundError(FailureKind.SCHEDULER_BUSY, f"requeue of job {inp.job_id} not visible yet")
             if job.state not in _WAITING_OR_RUNNING:
                 # COMPLETING (the old run is still being torn down), or briefly still shown as ended.
                 raise ReboundError(
@@ -136,7 +139,7 @@ class SlurmActionActivities:
 
 
 def _verify_requeued(inp: RequeueInput, fresh: SlurmJob | None) -> None:
-    """The fresh observation must show the successor counted, and kept off the implicated nodes.
+    """The fresh observation must show a successor (pending, or running again), kept off the implicated nodes.
 
     A pending successor must carry the exclusion. A running one (Slurm itself requeued it after a node failure
     and started it before we could exclude anything) must simply not be on an implicated node: those are
@@ -148,7 +151,9 @@ def _verify_requeued(inp: RequeueInput, fresh: SlurmJob | None) -> None:
         )
     excluded = set(inp.exclude) <= set(fresh.excluded_nodes)
     kept_off = fresh.state is JobState.RUNNING and not set(inp.exclude) & set(fresh.nodes)
-    if fresh.restart_count <= inp.expected_restart_count or not (excluded or kept_off):
+    # A running job counts only as a successor (restart count moved); a pending one is a successor by nature.
+    counted = fresh.state is JobState.PENDING or fresh.restart_count > inp.expected_restart_count
+    if not counted or not (excluded or kept_off):
         raise ReboundError(
             FailureKind.SCHEDULER_BUSY,
             f"requeue of job {inp.job_id} not visible yet (restarts {fresh.restart_count}, "
