@@ -211,19 +211,9 @@ class SlurmCluster:
     def stop(self, *, keep_jobs: bool = False) -> None:
         """Stop what `start` started, by pid file, in reverse order."""
         if not keep_jobs and self.pid("slurmctld") is not None:
+            # Every job of the lab's only user, whatever its state (scancel takes one --state at most).
             with contextlib.suppress(LabError):
-                run(
-                    [
-                        self._bin(
-                            "scancel",
-                        ),
-                        "--full",
-                        "--state=PENDING,RUNNING,SUSPENDED,REQUEUED",
-                        "--user=root",
-                    ],
-                    env=self.env(),
-                    timeout=10,
-                )
+                run([self._bin("scancel"), "--full", "--user=root"], env=self.env(), timeout=10)
         for service in ("slurmrestd-jwt", "slurmrestd-unix"):
             self._stop(service)
         stepds = self.node_stepds()
