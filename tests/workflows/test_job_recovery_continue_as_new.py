@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest_asyncio
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from deploy.local.temporal_server import temporal_binary
+from tests.temporal_support import start_dev_env
 from tests.workflows.test_job_recovery import Harness, until
-from workflows.constants import ALL_SEARCH_ATTRIBUTES
 from workflows.domain.recovery import RecoveryState
 from workflows.domain.slurm import JobState
 from workflows.job_recovery import JobRecoveryWorkflow
@@ -26,13 +24,7 @@ from workflows.job_recovery import JobRecoveryWorkflow
 
 @pytest_asyncio.fixture
 async def small_history_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        data_converter=pydantic_data_converter,
-        search_attributes=list(ALL_SEARCH_ATTRIBUTES),
-        dev_server_extra_args=["--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=40"],
-        dev_server_log_level="error",
-    )
+    env = await start_dev_env("limit.historyCount.suggestContinueAsNew=40")
     yield env
     await env.shutdown()
 
