@@ -5,7 +5,8 @@ Trainer-side faults (``crash``, ``hang``, ``slow``, ``gpu-fault``, ``user-bug``)
 acted, which becomes t0 (bounded wait, default 15 s). ``segv`` and ``node-crash`` (``deploy.demo.node_crash``)
 use signals, and t0 is the signal time. ``gpu-fault`` first appends the XID to the node's fake-NVML state and
 uses that time as t0: the XID is the hardware onset and NVML can see it before the rank dies, so the ack time
-would make detection look earlier than the fault.
+would make detection look earlier than the fault. ``xid`` appends the XID only: the rank keeps training and
+prints nothing, so only the GPU signal can tell.
 
 Every injection appends one JSON line (``InjectionRecord``) to ``layout.injections``.
 """
@@ -60,6 +61,7 @@ __all__ = [
     "inject_crash",
     "inject_gpu_fault",
     "inject_hang",
+    "inject_silent_xid",
     "inject_node_crash",
     "inject_segv",
     "inject_slow",
@@ -246,6 +248,39 @@ def inject_gpu_fault(
         raise AckTimeoutError(f"{exc}; note: XID {xid} on GPU {target_gpu} was already appended to {state}") from None
 
 
+def inject_silent_xid(
+    layout: LabLayout, run: str, rank: int, *, gpu: int | None = None, xid: int = DEFAULT_XID
+) -> InjectionRecord:
+    """Raise an XID on the GPU ``rank`` uses and nothing else: the rank keeps training and prints no error.
+
+    A real GPU can fault without the process noticing at once (the error surfaces at the next synchronising
+    call, or never for some XIDs); only the GPU signal (the node agent's NVML events) can tell.
+    """
+    info = live_rank(layout, run, rank)
+    target_gpu = info.gpu if gpu is None else gpu
+    state = layout.nvml_state(info.node)
+    if not state.exists():
+        raise InjectionError(f"node {info.node} has no fake NVML state at {state}: is the lab (agents) up?")
+    t0 = time.time()
+    append_xid(state, target_gpu, xid)
+    record = InjectionRecord(
+        id=new_id("xid"),
+        kind="xid",
+        run=run,
+        job_id=info.job_id,
+        restart=info.restart,
+        rank=rank,
+        node=info.node,
+        gpu=target_gpu,
+        xid=xid,
+        t0=utc_datetime(t0),
+        t0_epoch=t0,
+        injected_at=utc_datetime(t0),
+    )
+    append_record(layout, record)
+    return record
+
+
 def inject_segv(layout: LabLayout, run: str, rank: int) -> InjectionRecord:
     """Send SIGSEGV to ``rank``'s process; it dies printing a faulthandler stack (status: signal 11)."""
     info = live_rank(layout, run, rank)
@@ -326,4 +361,6 @@ def inject(
         if delay_s is None:
             raise ValueError("slow needs delay_s")
         return inject_slow(layout, run, rank, delay_s, timeout_s=timeout_s)
+    if kind == "xid":
+        return inject_silent_xid(layout, run, rank, gpu=gpu, xid=xid)
     return inject_gpu_fault(layout, run, rank, gpu=gpu, xid=xid, timeout_s=timeout_s)

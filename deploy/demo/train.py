@@ -9,7 +9,11 @@ requeued attempt never meets a lingering process of the previous one; ``MASTER_A
 
 Every rank prints, flushed, one line per step (``deploy.demo.common.log_line``)::
 
-    2026-11-30T03:40:01.123Z [INFO] rank=1/4 node=n1 step=120 loss=0.4123 step_time=0.105s
+    2026-11-30T03:40:01.123Z [INFO] rank=1/4 node=n1 step=120 loss=0.4123 step_time=0.105s compute_time=0.081s
+
+``step_time`` is the whole step, the same on every rank (the all_reduce waits for the slowest); ``compute_time``
+is this rank's own work before the collective, the per-rank figure a straggler shows in (as Megatron's timers and
+NVRx's section timing do).
 
 Each step: check ``control/`` for faults, build a synthetic batch seeded by (seed, step, rank), forward and
 backward, sleep ``--step-sleep`` (the "device time" a 2-core lab cannot spend on real compute), one all_reduce of
@@ -331,9 +335,11 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         # spend the difference waiting inside all_reduce, as with a real slow GPU.
         time.sleep(args.step_sleep + faults.extra_delay_s)
         synchronize_device(faults.cuda_error)
+        compute_time = time.monotonic() - step_started
         loss_value = allreduce_gradients(model, loss, env.world_size)
         optimizer.step()
-        log.info(f"step={step} loss={loss_value:.4f} step_time={time.monotonic() - step_started:.3f}s")
+        step_time = time.monotonic() - step_started
+        log.info(f"step={step} loss={loss_value:.4f} step_time={step_time:.3f}s compute_time={compute_time:.3f}s")
         if env.rank == 0 and step % args.checkpoint_every == 0:
             save_checkpoint(paths, env, model, optimizer, step, args.keep_checkpoints, log)
 

@@ -35,12 +35,12 @@ def add_lab_parser(sub: Any) -> None:
     demo.add_argument("--checkpoint-every", type=int, default=20)
 
     inj = cmds.add_parser("inject", help="break a demo run for real (records the fault's true onset time)")
-    inj.add_argument("kind", choices=["crash", "segv", "hang", "slow", "gpu-fault", "user-bug", "node-crash"])
+    inj.add_argument("kind", choices=["crash", "segv", "hang", "slow", "gpu-fault", "xid", "user-bug", "node-crash"])
     inj.add_argument("--run", help="demo run name (every kind but node-crash)")
     inj.add_argument("--rank", default="0", help="target rank (user-bug also takes 'all')")
     inj.add_argument("--node", help="target node (node-crash)")
     inj.add_argument("--delay", type=float, default=1.0, help="slow: extra seconds per step")
-    inj.add_argument("--xid", type=int, default=79, help="gpu-fault: the XID to raise")
+    inj.add_argument("--xid", type=int, default=79, help="gpu-fault, xid: the XID to raise")
     inj.add_argument("--gpu", type=int, default=None, help="gpu-fault: GPU index (default: the rank's GPU)")
     inj.add_argument(
         "--frozen",

@@ -20,7 +20,8 @@ from deploy.local.layout import LabLayout
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STEP_LINE = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) \[INFO\] rank=(?P<rank>\d+)/(?P<world>\d+) "
-    r"node=(?P<node>\S+) step=(?P<step>\d+) loss=(?P<loss>\d+\.\d{4}) step_time=(?P<step_time>\d+\.\d{3})s$"
+    r"node=(?P<node>\S+) step=(?P<step>\d+) loss=(?P<loss>\d+\.\d{4}) step_time=(?P<step_time>\d+\.\d{3})s "
+    r"compute_time=(?P<compute_time>\d+\.\d{3})s$"
 )
 
 

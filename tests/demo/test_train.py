@@ -48,8 +48,9 @@ def test_rendezvous_port_depends_on_job_and_restart() -> None:
 
 
 def test_log_line_format() -> None:
-    line = log_line("INFO", 1, 4, "n1", "step=120 loss=0.4123 step_time=0.105s", now=1_795_923_601.1234)
-    assert line == "2026-11-29T03:40:01.123Z [INFO] rank=1/4 node=n1 step=120 loss=0.4123 step_time=0.105s"
+    message = "step=120 loss=0.4123 step_time=0.105s compute_time=0.081s"
+    line = log_line("INFO", 1, 4, "n1", message, now=1_795_923_601.1234)
+    assert line == f"2026-11-29T03:40:01.123Z [INFO] rank=1/4 node=n1 {message}"
     assert STEP_LINE.match(line)
     assert utc_iso(0.9999) == "1970-01-01T00:00:00.999Z"
 

@@ -34,7 +34,9 @@ from workflows.domain.slurm import JobState, SlurmJob
 from workflows.job_recovery import JobRecoveryWorkflow
 
 #: A training step of the demo trainer: ``<ts> [INFO] rank=R/4 node=nX step=S loss=... step_time=...s``.
-STEP = re.compile(r"^\S+Z \[INFO\] rank=(\d+)/4 node=(n\d+) step=(\d+) loss=[\d.]+ step_time=[\d.]+s$")
+STEP = re.compile(
+    r"^\S+Z \[INFO\] rank=(\d+)/4 node=(n\d+) step=(\d+) loss=[\d.]+ step_time=[\d.]+s compute_time=[\d.]+s$"
+)
 RESUMED = re.compile(r"^\S+Z \[INFO\] rank=(\d+)/4 node=(n\d+) resumed from checkpoint (step_\d+) \(step (\d+)\)$")
 STARTING = re.compile(r"starting: job_id=(\d+) restart=(\d+) ")
 #: slurmctld's line for a drain reason (Slurm 22.05): ``update_node: node n2 reason set to: rebound: 31-1 xid-79``.

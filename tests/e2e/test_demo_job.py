@@ -11,7 +11,9 @@ from deploy.demo.submit import submit_demo
 from tests.lab_support import LabHandle
 from workflows.domain.slurm import JobState
 
-STEP = re.compile(r"^\S+Z \[INFO\] rank=(\d+)/4 node=(n\d) step=(\d+) loss=[\d.]+ step_time=[\d.]+s$")
+STEP = re.compile(
+    r"^\S+Z \[INFO\] rank=(\d+)/4 node=(n\d) step=(\d+) loss=[\d.]+ step_time=[\d.]+s compute_time=[\d.]+s$"
+)
 
 
 def _lines(path: Path) -> list[str]:
