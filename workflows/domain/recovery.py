@@ -29,6 +29,16 @@ class RecoveryState(StrEnum):
         return self in (RecoveryState.FINISHED, RecoveryState.GAVE_UP)
 
 
+class StragglerAction(StrEnum):
+    """What to do about a rank or node that persistently slows the job down."""
+
+    OFF = "off"
+    REPORT = "report"
+    """Record an incident naming the slow node; touch nothing (the default: a slowdown is not a failure)."""
+    RESTART = "restart"
+    """Drain the slow node and restart the job elsewhere, when the projected loss exceeds the restart's cost."""
+
+
 class RecoverySpec(Frozen):
     """How a job wants to be recovered: from its opt-in comment, an operator selector, or the CLI."""
 
@@ -37,6 +47,11 @@ class RecoverySpec(Frozen):
     policy: str = "default"
     logs: tuple[str, ...] = ()
     """Glob patterns of the ranks' output files; ``%j`` is the job id. Empty: the job's own stdout/stderr."""
+    hang_after_s: float | None = Field(None, gt=0, le=7 * 24 * 3600)
+    """The job's own hang window (no rank progressed this long): overrides the one learned from its step times."""
+    heartbeat: tuple[str, ...] = ()
+    """Glob patterns of files the ranks touch while alive (``%j`` = job id): a fresh mtime counts as progress."""
+    stragglers: StragglerAction = StragglerAction.REPORT
 
 
 class JobRecoveryInput(Frozen):

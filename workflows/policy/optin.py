@@ -14,7 +14,9 @@ Grammar of the comment (``parse_comment``):
   defaults; in running prose (``tested the rebound fix``) it does not.
 * Keys: ``ckpt`` (absolute checkpoint directory), ``budget`` (restarts Rebound may spend, 0..100), ``policy``
   (a policy name), ``logs`` (absolute glob of the ranks' output, ``%j`` = job id; may repeat or be
-  comma-separated).
+  comma-separated), ``hang`` (the job's hang window: ``600``, ``90s``, ``10m``, ``1h``), ``heartbeat``
+  (absolute glob of files the ranks touch while alive; like ``logs``), ``stragglers`` (``off``, ``report`` or
+  ``restart``).
 * An unknown key, a bad value, a repeated single-valued key or ``rebound key=value`` without the colon raise
   ``OptInError`` naming the key. The caller treats that as "not opted in" and warns: guessing what a mistyped
   spec meant (``budget=O``) could restart a job its owner wanted left alone.
@@ -39,7 +41,19 @@ from workflows.domain.slurm import SlurmJob
 __all__ = ["OptInError", "JobSelector", "parse_comment", "select", "spec_for"]
 
 #: Comment key -> ``RecoverySpec`` field.
-KEYS = {"ckpt": "checkpoint_dir", "budget": "restart_budget", "policy": "policy", "logs": "logs"}
+KEYS = {
+    "ckpt": "checkpoint_dir",
+    "budget": "restart_budget",
+    "policy": "policy",
+    "logs": "logs",
+    "hang": "hang_after_s",
+    "heartbeat": "heartbeat",
+    "stragglers": "stragglers",
+}
+#: Keys that may repeat or list several comma-separated globs.
+_GLOB_KEYS = ("logs", "heartbeat")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(s|m|h)?")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600}
 _FIELD_TO_KEY = {field: key for key, field in KEYS.items()}
 
 # ``rebound`` as a word of its own: not part of a path, a name or a value (``/opt/rebound``, ``policy=rebound``).
@@ -177,7 +191,7 @@ def _is_whole_item(comment: str, start: int, end: int) -> bool:
 
 def _parse_spec(text: str) -> RecoverySpec:
     fields: dict[str, Any] = {}
-    logs: list[str] = []
+    globs: dict[str, list[str]] = {key: [] for key in _GLOB_KEYS}
     for token in _TOKEN_SEPARATORS.split(text.strip()):
         if not token:
             continue
@@ -189,14 +203,15 @@ def _parse_spec(text: str) -> RecoverySpec:
             raise OptInError(raw_key, f"unknown key (expected one of {', '.join(KEYS)})")
         if not value:
             raise OptInError(key, "empty value")
-        if key == "logs":
-            logs += [_absolute(key, pattern) for pattern in value.split(",") if pattern]
+        if key in globs:
+            globs[key] += [_absolute(key, pattern) for pattern in value.split(",") if pattern]
             continue
         if KEYS[key] in fields:
             raise OptInError(key, "given more than once")
         fields[KEYS[key]] = _value(key, value)
-    if logs:
-        fields["logs"] = tuple(logs)
+    for key, patterns in globs.items():
+        if patterns:
+            fields[KEYS[key]] = tuple(patterns)
     try:
         return RecoverySpec(**fields)
     except ValidationError as e:
@@ -214,6 +229,15 @@ def _value(key: str, value: str) -> object:
         if not _POLICY_NAME.fullmatch(value):
             raise OptInError(key, f"expected a policy name (letters, digits, _ . -), got {value!r}")
         return value
+    if key == "hang":
+        m = _DURATION.fullmatch(value.lower()) if value.isascii() else None
+        if m is None:
+            raise OptInError(key, f"expected a duration such as 600, 90s, 10m or 1h, got {value!r}")
+        return float(m.group(1)) * _UNIT_S[m.group(2) or "s"]
+    if key == "stragglers":
+        if value.lower() not in ("off", "report", "restart"):
+            raise OptInError(key, f"expected off, report or restart, got {value!r}")
+        return value.lower()
     return _absolute(key, value)
 
 

@@ -199,3 +199,30 @@ def test_comment_wins_key_by_key_over_the_selector() -> None:
 def test_malformed_comment_is_not_overruled_by_a_selector() -> None:
     with pytest.raises(OptInError):
         spec_for(_job("rebound: budget=O"), [GPU])
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("600", 600.0), ("90s", 90.0), ("10m", 600.0), ("1h", 3600.0), ("2.5m", 150.0)]
+)
+def test_hang_window_takes_a_duration(value: str, seconds: float) -> None:
+    spec = parse_comment(f"rebound: hang={value}")
+    assert spec is not None
+    assert spec.hang_after_s == seconds
+
+
+@pytest.mark.parametrize("comment", ["rebound: hang=5x", "rebound: hang=-1", "rebound: hang=0", "rebound: hang=1d"])
+def test_bad_hang_window_names_the_key(comment: str) -> None:
+    with pytest.raises(OptInError, match="hang"):
+        parse_comment(comment)
+
+
+def test_heartbeat_globs_and_straggler_action() -> None:
+    spec = parse_comment("rebound: heartbeat=/runs/a/%j-*.hb,/runs/b/*.hb stragglers=RESTART")
+    assert spec is not None
+    assert spec.heartbeat == ("/runs/a/%j-*.hb", "/runs/b/*.hb")
+    assert spec.stragglers.value == "restart"
+    assert spec.logs == ()
+    with pytest.raises(OptInError, match="stragglers"):
+        parse_comment("rebound: stragglers=kill")
+    with pytest.raises(OptInError, match="heartbeat"):
+        parse_comment("rebound: heartbeat=relative/*.hb")
