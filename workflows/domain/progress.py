@@ -1,0 +1,306 @@
+"""Training progress as the watch activity tracks it across polls: per rank, the last step and when it came, and
+a bounded memory of recent gaps between step lines and of recent step/compute times. Pure and deterministic
+(``now`` is always passed in), and serialisable: the state travels in heartbeat details as
+``model_dump(mode="json")`` and comes back through ``model_validate``.
+
+The hang and straggler policies (``workflows.policy.hang``, ``workflows.policy.straggler``) read this state;
+``observe`` only records.
+
+Rules of ``observe``:
+
+* Samples are applied in timestamp order (stable: lines without their own time, stamped with the poll time, keep
+  file order).
+* A line stamped before the rank's last applied one is old (read late, or re-read): ignored. The same step again
+  is a duplicate: ignored.
+* A lower step stamped at or after the last one is a restart from a checkpoint: the rank's progress clock starts
+  again there, and what was learned about its timing (gaps, step and compute times) is kept. (Lines without their
+  own time all carry the poll's time, so among them file order decides.)
+* A bar that counts batches within an epoch (``epoch`` set) is compared by ``(epoch, step)``.
+* A timestamp later than ``now`` (a node clock ahead of the watcher's) is taken as ``now``.
+* After ``note_restart`` (the job was requeued), a rank's first step line starts its clock afresh: the gap across
+  the restart is not a step gap.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pydantic import Field, field_validator
+
+from workflows.domain.base import Frozen
+
+__all__ = [
+    "DEFAULT_RING",
+    "MAX_DURATION_S",
+    "MAX_RANKS",
+    "ProgressSample",
+    "ProgressState",
+    "RankProgress",
+    "aware",
+    "note_activity",
+    "note_restart",
+    "observe",
+]
+
+#: How many recent gaps and step/compute times each rank keeps (the ring's length): 64 is ~13 s of 0.2 s steps,
+#: enough for a p99 once pooled across ranks, and ~1.7 KB of JSON per rank (use a shorter ring past ~500 ranks:
+#: Temporal rejects heartbeat details over 2 MB).
+DEFAULT_RING = 64
+#: Ranks beyond this many are not tracked (a bound on memory, whatever rank numbers a log claims); their samples
+#: are counted as ignored.
+MAX_RANKS = 16384
+#: A duration above this (30 days) is a parse accident, not a measurement.
+MAX_DURATION_S = 30 * 24 * 3600.0
+# Decimals kept: milliseconds for gaps (what log timestamps resolve), microseconds for logged times; short JSON.
+_GAP_DECIMALS = 3
+_TIME_DECIMALS = 6
+
+
+def aware(at: datetime) -> datetime:
+    """``at`` with a zone: a naive time is taken as UTC, as the log tailer does for lines without a zone."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+class ProgressSample(Frozen):
+    """One step line of one rank, reduced to what progress tracking needs."""
+
+    rank: int = Field(ge=0)
+    node: str = ""
+    step: int = Field(ge=0)
+    at: datetime
+    """The line's own timestamp, else when the watcher read it."""
+    step_time_s: float | None = Field(None, ge=0, le=MAX_DURATION_S, allow_inf_nan=False)
+    compute_time_s: float | None = Field(None, ge=0, le=MAX_DURATION_S, allow_inf_nan=False)
+    epoch: int | None = Field(None, ge=0)
+    """For counters that restart every epoch (progress bars); None for global step counters."""
+
+    @field_validator("at")
+    @classmethod
+    def _aware(cls, at: datetime) -> datetime:
+        return aware(at)
+
+
+class RankProgress(Frozen):
+    """What is known about one rank's progress."""
+
+    rank: int = Field(ge=0)
+    node: str = ""
+    first_seen: datetime
+    last_step: int | None = None
+    """None while only activity (a heartbeat file) was seen."""
+    last_epoch: int | None = None
+    last_progress_at: datetime | None = None
+    """When ``last_step`` was logged (the line's time)."""
+    last_activity_at: datetime | None = None
+    """The latest mtime of the rank's heartbeat file (``note_activity``)."""
+    restarts: int = Field(0, ge=0)
+    """Times its step counter went back (a restart from a checkpoint)."""
+    progress_count: int = Field(0, ge=0)
+    """Step lines accepted, ever."""
+    gaps_s: tuple[float, ...] = ()
+    """Seconds between consecutive step lines (one line may advance several steps), newest last."""
+    step_times_s: tuple[float, ...] = ()
+    """Logged step times, newest last."""
+    compute_times_s: tuple[float, ...] = ()
+    """Logged compute times, newest last."""
+    step_time_total: int = Field(0, ge=0)
+    """Step times ever appended (the ring keeps the last few): tells which values are new since a look."""
+    compute_time_total: int = Field(0, ge=0)
+    straggler_streak: int = Field(0, ge=0)
+    """Consecutive timing samples the straggler policy found this rank slow in."""
+    straggler_seen_total: int = Field(0, ge=0)
+    """The metric's ``*_total`` when the straggler policy last looked at this rank."""
+
+    @property
+    def last_heard_at(self) -> datetime | None:
+        """The latest sign of life: a step line or heartbeat activity."""
+        times = [t for t in (self.last_progress_at, self.last_activity_at) if t is not None]
+        return max(times, default=None)
+
+
+class ProgressState(Frozen):
+    """Progress of one job's ranks, carried from poll to poll."""
+
+    ring: int = Field(DEFAULT_RING, ge=4, le=1024)
+    """How many recent values each rank keeps per series."""
+    ranks: tuple[RankProgress, ...] = ()
+    """Sorted by rank."""
+    watching_since: datetime | None = None
+    """The first ``observe``'s ``now``: silence is never counted from before Rebound was watching."""
+    restarted_at: datetime | None = None
+    """The latest ``note_restart``: the job's current attempt started then."""
+    longest_gap_s: float = Field(0.0, ge=0)
+    """The longest gap between step lines the job ever came back from (checkpoint saves, evaluations)."""
+    baseline_step_s: float | None = Field(None, gt=0)
+    """The job's own step time when it ran well, learned by the straggler policy."""
+    straggler_metric: str = ""
+    """The timing series the straggler streaks were counted in (``compute_time``/``step_time``)."""
+    job_slow_streak: int = Field(0, ge=0)
+    """Consecutive timing samples the whole job was slower than its baseline."""
+    job_seen_total: int = Field(0, ge=0)
+    ignored: int = Field(0, ge=0)
+    """Samples dropped: duplicates, old lines read late, ranks over ``MAX_RANKS``."""
+
+    def rank(self, rank: int) -> RankProgress | None:
+        return next((r for r in self.ranks if r.rank == rank), None)
+
+    @property
+    def ever_progressed(self) -> bool:
+        return any(r.last_step is not None for r in self.ranks)
+
+
+@dataclass
+class _Rank:
+    """A rank being updated: mutable while a batch is applied, frozen again at the end."""
+
+    base: RankProgress
+    node: str
+    last_step: int | None
+    last_epoch: int | None
+    last_progress_at: datetime | None
+    restarts: int
+    progress_count: int
+    step_time_total: int
+    compute_time_total: int
+    gaps: deque[float]
+    step_times: deque[float]
+    compute_times: deque[float]
+
+    @classmethod
+    def of(cls, r: RankProgress, ring: int) -> _Rank:
+        return cls(
+            r,
+            r.node,
+            r.last_step,
+            r.last_epoch,
+            r.last_progress_at,
+            r.restarts,
+            r.progress_count,
+            r.step_time_total,
+            r.compute_time_total,
+            deque(r.gaps_s, ring),
+            deque(r.step_times_s, ring),
+            deque(r.compute_times_s, ring),
+        )
+
+    def freeze(self) -> RankProgress:
+        return self.base.model_copy(
+            update={
+                "node": self.node,
+                "last_step": self.last_step,
+                "last_epoch": self.last_epoch,
+                "last_progress_at": self.last_progress_at,
+                "restarts": self.restarts,
+                "progress_count": self.progress_count,
+                "step_time_total": self.step_time_total,
+                "compute_time_total": self.compute_time_total,
+                "gaps_s": tuple(self.gaps),
+                "step_times_s": tuple(self.step_times),
+                "compute_times_s": tuple(self.compute_times),
+            }
+        )
+
+    def apply(self, s: ProgressSample, at: datetime, restarted_at: datetime | None) -> float | None:
+        """Apply one sample: the gap it closes (0.0 when none), or None when the sample is ignored."""
+        last_at = self.last_progress_at
+        gap = 0.0
+        if self.last_step is not None and last_at is not None:
+            if at < last_at:
+                return None  # older than the last line applied: read late, or re-read
+            both = s.epoch is not None and self.last_epoch is not None
+            new_key = (s.epoch or 0, s.step) if both else (0, s.step)
+            old_key = (self.last_epoch or 0, self.last_step) if both else (0, self.last_step)
+            # The first line of the attempt that note_restart announced: no gap across the restart.
+            fresh = restarted_at is not None and last_at < restarted_at <= at
+            if new_key == old_key and not fresh:
+                return None  # the same step again
+            if new_key < old_key:
+                self.restarts += 1
+            elif not fresh:
+                gap = round((at - last_at).total_seconds(), _GAP_DECIMALS)
+                if gap <= MAX_DURATION_S:
+                    self.gaps.append(gap)
+                else:
+                    gap = 0.0
+        self.last_step, self.last_epoch, self.last_progress_at = s.step, s.epoch, at
+        self.progress_count += 1
+        if s.node:
+            self.node = s.node
+        if s.step_time_s is not None:
+            self.step_times.append(round(s.step_time_s, _TIME_DECIMALS))
+            self.step_time_total += 1
+        if s.compute_time_s is not None:
+            self.compute_times.append(round(s.compute_time_s, _TIME_DECIMALS))
+            self.compute_time_total += 1
+        return gap
+
+
+def observe(state: ProgressState, samples: Iterable[ProgressSample], now: datetime) -> ProgressState:
+    """``state`` updated with a poll's step lines (see the module docstring for the rules).
+
+    Args:
+        state: The state after the previous poll (``ProgressState()`` at first).
+        samples: The step lines read this poll, any order, any ranks.
+        now: The watcher's clock at this poll.
+
+    Returns:
+        The new state; ``state`` is unchanged.
+    """
+    now = aware(now)
+    work: dict[int, _Rank] = {r.rank: _Rank.of(r, state.ring) for r in state.ranks}
+    longest = state.longest_gap_s
+    ignored = state.ignored
+    for sample in sorted(samples, key=lambda s: s.at):
+        at = min(sample.at, now)
+        rank = work.get(sample.rank)
+        if rank is None:
+            if len(work) >= MAX_RANKS:
+                ignored += 1
+                continue
+            rank = work[sample.rank] = _Rank.of(RankProgress(rank=sample.rank, first_seen=at), state.ring)
+        gap = rank.apply(sample, at, state.restarted_at)
+        if gap is None:
+            ignored += 1
+        elif gap > 0:
+            longest = max(longest, gap)
+    return state.model_copy(
+        update={
+            "ranks": tuple(work[k].freeze() for k in sorted(work)),
+            "watching_since": state.watching_since or now,
+            "longest_gap_s": longest,
+            "ignored": ignored,
+        }
+    )
+
+
+def note_activity(state: ProgressState, rank: int, at: datetime) -> ProgressState:
+    """``state`` with ``rank`` known alive at ``at`` (its heartbeat file's mtime): silence is counted from then.
+
+    Activity never moves the step or the learned timing; a rank not seen before is added without a step.
+    An ``at`` older than what is known changes nothing.
+    """
+    at = aware(at)
+    if rank < 0:
+        raise ValueError(f"rank must be >= 0, got {rank}")
+    current = state.rank(rank)
+    if current is None:
+        if len(state.ranks) >= MAX_RANKS:
+            return state.model_copy(update={"ignored": state.ignored + 1})
+        current = RankProgress(rank=rank, first_seen=at)
+    elif current.last_activity_at is not None and current.last_activity_at >= at:
+        return state
+    updated = current.model_copy(update={"last_activity_at": at})
+    others = [r for r in state.ranks if r.rank != rank]
+    return state.model_copy(update={"ranks": tuple(sorted([*others, updated], key=lambda r: r.rank))})
+
+
+def note_restart(state: ProgressState, at: datetime) -> ProgressState:
+    """``state`` for a job the scheduler restarted at ``at`` (requeued): the new attempt's silence counts from
+    ``at`` (the hang policy gives it the startup window until it logs a step) and each rank's first step line
+    starts its clock afresh. Learned timing is kept; straggler streaks start over (the ranks may have moved)."""
+    at = aware(at)
+    ranks = tuple(r.model_copy(update={"straggler_streak": 0}) for r in state.ranks)
+    return state.model_copy(update={"restarted_at": at, "ranks": ranks, "job_slow_streak": 0})

@@ -1,0 +1,233 @@
+"""Hang: no rank of the job made progress for longer than the job's own rhythm allows. Pure and deterministic.
+
+A job is hung only when NO rank progressed (a step line, or a heartbeat file's mtime) for the window; one rank
+that is slow while others step is a straggler (``workflows.policy.straggler``), not a hang. In synchronous data
+parallelism a stopped rank stops everyone at the next collective, so the silence is job-wide either way.
+
+The window, first rule that applies:
+
+1. ``override_s`` (the job's ``hang_after_s``) replaces what is learned below.
+2. Learned, once ``min_intervals`` gaps between step lines are known: the largest of ``floor_s``, ``k`` times the
+   p99 of the recent gaps (pooled across ranks), and ``longest_factor`` times the longest gap the job ever came
+   back from (a checkpoint save or an evaluation rarer than the ring remembers must not read as a hang).
+3. Startup: before that, or while the current attempt has not logged a step since ``note_restart``, at least
+   ``startup_s`` (model load, first step, checkpoint load).
+
+Silence is counted from the latest step line or activity of any rank, and never from before Rebound was watching
+or before the current attempt started. Without any step line ever seen there is no verdict: a job whose log
+format is not recognised must not be restarted for being quiet.
+
+The likely culprit is the rank whose progress stopped first: lowest last step, then earliest last progress.
+A rank that missed the last step its peers completed stopped inside it (high confidence); one whose last line is
+earlier by more than half a typical gap is a weaker sign; otherwise the logs cannot tell the ranks apart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import Field
+
+from workflows.domain.base import Frozen
+from workflows.domain.progress import ProgressState, RankProgress, aware
+
+__all__ = ["HangPolicy", "HangVerdict", "RankSilence", "WindowBasis", "assess_hang", "hang_window", "percentile"]
+
+_CONFIDENCE_BEHIND = 0.8
+_CONFIDENCE_EARLIER = 0.5
+_CONFIDENCE_ALONE = 0.3
+_CONFIDENCE_TIED = 0.1
+
+
+class HangPolicy(Frozen):
+    """How long silence must last before a job counts as hung."""
+
+    k: float = Field(5.0, gt=0, le=1000)
+    """Multiplier of the p99 gap between step lines."""
+    floor_s: float = Field(60.0, ge=0)
+    """The learned window is never shorter: covers GC pauses, slow storage, a log buffer flushed late."""
+    startup_s: float = Field(900.0, ge=0)
+    """Window until enough gaps are learned, and after a restart until the first step: model and checkpoint load."""
+    min_intervals: int = Field(20, ge=1)
+    """Gaps (pooled across ranks) needed before the learned window applies."""
+    longest_factor: float = Field(1.5, ge=0)
+    """Multiplier of the longest gap the job ever came back from; 0 turns this guard off."""
+    override_s: float | None = Field(None, gt=0)
+    """The job's own window (``RecoverySpec.hang_after_s``): replaces the learned one, not the startup window."""
+    require_progress_seen: bool = True
+    """No verdict until a step line was seen at all (an unrecognised log format is not a hang)."""
+
+
+class WindowBasis(StrEnum):
+    """Which rule set the window."""
+
+    STARTUP = "startup"
+    FLOOR = "floor"
+    LEARNED = "learned"
+    """``k`` x p99 of the recent gaps."""
+    LONGEST = "longest"
+    """``longest_factor`` x the longest gap the job came back from."""
+    OVERRIDE = "override"
+
+
+class RankSilence(Frozen):
+    """One rank at the time of the assessment."""
+
+    rank: int
+    node: str = ""
+    last_step: int | None = None
+    silent_for_s: float | None = None
+    """Since its latest step line or activity; None if it was never heard from."""
+
+
+class HangVerdict(Frozen):
+    hung: bool
+    window_s: float
+    basis: WindowBasis
+    window_detail: str
+    """How the window was derived, with the numbers."""
+    silent_for_s: float | None = None
+    """Since the latest sign of progress of any rank (or the start of watching/of the attempt)."""
+    stalled_ranks: tuple[int, ...] = ()
+    """Ranks silent for at least the window."""
+    unseen_ranks: tuple[int, ...] = ()
+    """Expected ranks never heard from (often ranks that do not log steps; never named culprit)."""
+    ranks: tuple[RankSilence, ...] = ()
+    culprit_rank: int | None = None
+    """When hung: the rank whose progress stopped first."""
+    culprit_node: str = ""
+    confidence: float = Field(0.0, ge=0, le=1)
+    summary: str = ""
+
+
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in 0..100) of ``values``; None when empty. With few values, p99 is the max."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    index = max(0, math.ceil(q / 100 * len(ordered)) - 1)
+    return ordered[min(index, len(ordered) - 1)]
+
+
+def hang_window(state: ProgressState, policy: HangPolicy) -> tuple[float, WindowBasis, str]:
+    """The window that applies to ``state`` now, which rule set it, and a human-readable derivation."""
+    gaps = [g for r in state.ranks for g in r.gaps_s]
+    learned = len(gaps) >= policy.min_intervals
+    if policy.override_s is not None:
+        window, basis, detail = policy.override_s, WindowBasis.OVERRIDE, f"the job's own {policy.override_s:g} s"
+    elif learned:
+        p99 = percentile(gaps, 99) or 0.0
+        options = [
+            (policy.floor_s, WindowBasis.FLOOR),
+            (policy.k * p99, WindowBasis.LEARNED),
+            (policy.longest_factor * state.longest_gap_s, WindowBasis.LONGEST),
+        ]
+        window, basis = max(options, key=lambda o: o[0])
+        detail = (
+            f"max(floor {policy.floor_s:g} s, {policy.k:g} x p99 {p99:.3g} s of {len(gaps)} gaps, "
+            f"{policy.longest_factor:g} x longest {state.longest_gap_s:.3g} s)"
+        )
+    else:
+        window, basis, detail = 0.0, WindowBasis.STARTUP, f"{len(gaps)} of {policy.min_intervals} gaps learned"
+    # The job's own window needs nothing learned; the startup window still covers loading after a (re)start.
+    unlearned = policy.override_s is None and not learned
+    if (unlearned or not _stepped_since_restart(state)) and policy.startup_s >= window:
+        why = detail if unlearned else "no step since the start of this attempt"
+        return policy.startup_s, WindowBasis.STARTUP, f"startup {policy.startup_s:g} s ({why})"
+    return window, basis, detail
+
+
+def assess_hang(
+    state: ProgressState, now: datetime, policy: HangPolicy, expected_ranks: Iterable[int] = ()
+) -> HangVerdict:
+    """Whether the job is hung at ``now``, and if so who stopped first (see the module docstring).
+
+    Args:
+        state: Progress as of the latest poll.
+        now: The watcher's clock.
+        policy: The windows.
+        expected_ranks: Ranks that should log steps (to report those never heard from); may be empty.
+
+    Returns:
+        The verdict, always with the window and how it was derived.
+    """
+    now = aware(now)
+    window, basis, detail = hang_window(state, policy)
+    seen = {r.rank for r in state.ranks}
+    unseen = tuple(sorted({r for r in expected_ranks if r not in seen}))
+    ranks = tuple(
+        RankSilence(rank=r.rank, node=r.node, last_step=r.last_step, silent_for_s=_since(now, r.last_heard_at))
+        for r in state.ranks
+    )
+    stalled = tuple(s.rank for s in ranks if s.silent_for_s is not None and s.silent_for_s >= window)
+    common = {"window_s": window, "basis": basis, "window_detail": detail, "ranks": ranks, "unseen_ranks": unseen}
+    if policy.require_progress_seen and not state.ever_progressed:
+        summary = "no verdict: no step line seen yet (the job may still be loading, or its log format is unknown)"
+        return HangVerdict(hung=False, stalled_ranks=stalled, summary=summary, **common)
+    marks = [t for r in state.ranks for t in (r.last_heard_at,) if t is not None]
+    marks += [t for t in (state.watching_since, state.restarted_at) if t is not None]
+    if not marks:
+        return HangVerdict(hung=False, summary="no verdict: nothing observed yet", **common)
+    silent = _since(now, max(marks)) or 0.0
+    if silent < window or silent <= 0:
+        latest = max((r.last_step for r in state.ranks if r.last_step is not None), default=None)
+        summary = f"progressing: last step {latest}, quiet {silent:.1f} s of a {window:.1f} s window ({basis})"
+        return HangVerdict(hung=False, silent_for_s=silent, stalled_ranks=stalled, summary=summary, **common)
+    culprit, confidence, why = _culprit(state)
+    summary = f"hung: no rank progressed for {silent:.1f} s (window {window:.1f} s, {basis}: {detail})"
+    if stalled:
+        steps = sorted({s.last_step for s in ranks if s.last_step is not None})
+        at = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}" if steps else "no step"
+        summary += f"; {len(stalled)} rank(s) stalled at {at}"
+    if culprit is not None:
+        where = f" on {culprit.node}" if culprit.node else ""
+        summary += f"; likely culprit rank {culprit.rank}{where} ({why}, confidence {confidence:.1f})"
+    return HangVerdict(
+        hung=True,
+        silent_for_s=silent,
+        stalled_ranks=stalled,
+        culprit_rank=culprit.rank if culprit else None,
+        culprit_node=culprit.node if culprit else "",
+        confidence=confidence if culprit else 0.0,
+        summary=summary,
+        **common,
+    )
+
+
+def _stepped_since_restart(state: ProgressState) -> bool:
+    start = state.restarted_at
+    return any(r.last_progress_at is not None and (start is None or r.last_progress_at >= start) for r in state.ranks)
+
+
+def _since(now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else max(0.0, (now - then).total_seconds())
+
+
+def _culprit(state: ProgressState) -> tuple[RankProgress | None, float, str]:
+    """The rank that stopped first, how sure, and why (see the module docstring)."""
+    stepped = [r for r in state.ranks if r.last_step is not None and r.last_progress_at is not None]
+    if not stepped:
+        return None, 0.0, ""
+
+    def key(r: RankProgress) -> tuple[int, int, datetime]:
+        assert r.last_step is not None and r.last_progress_at is not None
+        return (r.last_epoch or 0, r.last_step, r.last_progress_at)
+
+    ordered = sorted(stepped, key=key)
+    first = ordered[0]
+    if len(ordered) == 1:
+        return first, _CONFIDENCE_ALONE, f"the only rank logging steps, stopped at step {first.last_step}"
+    behind = [r for r in ordered if key(r)[:2] == key(first)[:2]]
+    if len(behind) == 1:
+        return first, _CONFIDENCE_BEHIND, f"stopped at step {first.last_step}, its peers reached {ordered[1].last_step}"
+    gaps = sorted(g for r in stepped for g in r.gaps_s)
+    margin = gaps[len(gaps) // 2] / 2 if gaps else 0.0
+    lead = (key(behind[1])[2] - key(first)[2]).total_seconds()
+    if lead > margin and lead > 0:
+        return first, _CONFIDENCE_EARLIER, f"last step line {lead:.2f} s before any peer's at step {first.last_step}"
+    if len(behind) < len(ordered):
+        return first, _CONFIDENCE_ALONE, f"one of {len(behind)} ranks that stopped at step {first.last_step}"
+    return first, _CONFIDENCE_TIED, f"all stopped at step {first.last_step} together: the logs cannot tell"
