@@ -83,6 +83,10 @@ class AttributionActivities:
             unresponsive_nodes=persistence.confirmed(),
             node_failure_nodes=[f.node for f in findings if f.kind == "node_failure" and f.node],
             ranks_logging=sorted(ranks_logging),
+            hang=inp.hang,
+            odd_ranks=inp.odd_ranks,
+            processes=inp.processes,
+            stack_summary=inp.stack_summary,
         )
         return attribute(facts)
 

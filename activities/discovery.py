@@ -29,7 +29,7 @@ from workflows.domain.discovery import (
     StartJobRecoveryResult,
 )
 from workflows.domain.errors import FailureKind, ReboundError
-from workflows.domain.recovery import JobRecoveryInput
+from workflows.domain.recovery import DetectionPolicy, JobRecoveryInput
 from workflows.domain.slurm import ClusterSnapshot, JobState
 from workflows.policy.optin import JobSelector, OptInError, spec_for
 
@@ -60,17 +60,26 @@ _TRANSIENT_RPC = frozenset(
 class TemporalJobRecoveryStarter:
     """Starts JobRecovery workflows through a Temporal client, as ``rebound watch`` does."""
 
-    def __init__(self, client: Client, *, task_queue: str, poll_interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        task_queue: str,
+        poll_interval_s: float = 1.0,
+        detection: DetectionPolicy | None = None,
+    ) -> None:
         """Bind the starter.
 
         Args:
             client: A client with the pydantic data converter.
             task_queue: Where the JobRecovery workflows run (the central worker's queue).
             poll_interval_s: How often each job's watcher looks at the shared snapshot.
+            detection: Hang and straggler policies for the started workflows (defaults when None).
         """
         self._client = client
         self._task_queue = task_queue
         self._poll_interval_s = poll_interval_s
+        self._detection = detection or DetectionPolicy()
 
     async def __call__(self, inp: StartJobRecoveryInput) -> StartJobRecoveryResult:
         """Start the job's JobRecovery, or find the one already running.
@@ -82,7 +91,11 @@ class TemporalJobRecoveryStarter:
         wf_id = job_workflow_id(inp.cluster, inp.job_id)
         # Built and validated here: a payload that fails to decode would wedge the workflow task, not fail it.
         args = JobRecoveryInput(
-            cluster=inp.cluster, job_id=inp.job_id, poll_interval_s=self._poll_interval_s, spec=inp.spec
+            cluster=inp.cluster,
+            job_id=inp.job_id,
+            poll_interval_s=self._poll_interval_s,
+            spec=inp.spec,
+            detection=self._detection,
         )
         try:
             handle = await self._client.start_workflow(
@@ -115,6 +128,7 @@ class DiscoveryActivities:
         *,
         task_queue: str = "",
         poll_interval_s: float = 1.0,
+        detection: DetectionPolicy | None = None,
         start: StartJobRecovery | None = None,
     ) -> None:
         """Bind the activities.
@@ -125,6 +139,7 @@ class DiscoveryActivities:
             client: The Temporal client that starts JobRecovery workflows (unless ``start`` is given).
             task_queue: The JobRecovery workflows' task queue (with ``client``).
             poll_interval_s: How often discovery, and each started job's watcher, look at the snapshot.
+            detection: Hang and straggler policies for the started workflows (with ``client``).
             start: Replaces the client-based start (tests).
 
         Raises:
@@ -133,7 +148,9 @@ class DiscoveryActivities:
         if start is None:
             if client is None:
                 raise ValueError("DiscoveryActivities needs a Temporal client or a start function")
-            start = TemporalJobRecoveryStarter(client, task_queue=task_queue, poll_interval_s=poll_interval_s)
+            start = TemporalJobRecoveryStarter(
+                client, task_queue=task_queue, poll_interval_s=poll_interval_s, detection=detection
+            )
         if poll_interval_s <= 0:
             raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")
         self._snapshots = snapshots

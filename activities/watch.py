@@ -5,6 +5,8 @@ re-reads nor misses a line)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -13,8 +15,9 @@ from temporalio import activity
 
 from activities.errors import classified_errors
 from activities.logs.crash import CrashFinding, Role, scan
+from activities.logs.heartbeat import heartbeat_times
 from activities.logs.progress import find_progress, parse_step
-from activities.logs.tail import LogTail, expand_patterns
+from activities.logs.tail import LogLine, LogTail, expand_patterns
 from activities.slurm.snapshots import SnapshotCache
 from workflows.domain.incident import Anomaly, AnomalyKind, Evidence, EvidenceSource, LogFinding
 from workflows.domain.loop import (
@@ -25,7 +28,12 @@ from workflows.domain.loop import (
     WaitResumeResult,
     WatchOutcome,
 )
+from workflows.domain.progress import ProgressSample, ProgressState, note_activity, observe
+from workflows.domain.recovery import StragglerAction
 from workflows.domain.slurm import ClusterSnapshot, JobState, SlurmJob
+from workflows.policy.attribution import block_rank_layout
+from workflows.policy.hang import HangVerdict, assess_hang
+from workflows.policy.straggler import StragglerVerdict, assess_stragglers
 
 
 def log_patterns(patterns: Sequence[str], job: SlurmJob | None, job_id: int) -> list[str]:
@@ -56,6 +64,38 @@ def to_findings(found: Sequence[CrashFinding], start_order: int = 0) -> list[Log
         )
         for i, f in enumerate(f for f in found if f.role is not Role.INFO)
     ]
+
+
+_NODE_TOKEN = re.compile(r"(?<![\w.])node=([A-Za-z0-9][\w.-]{0,63})")
+
+
+def progress_samples(lines: Sequence[LogLine], read_at: datetime, layout: dict[int, str]) -> list[ProgressSample]:
+    """The step lines among ``lines``, as progress samples: rank from the file or line, node from the file name's
+    ``%N``, a ``node=`` token, or the job's block layout; lines without their own time are stamped ``read_at``.
+
+    Lines that name no rank count as rank 0's: a job whose only log is rank 0's stdout still shows progress
+    (its hang window is then rank 0's; stragglers need per-rank lines).
+    """
+    samples = []
+    for line in lines:
+        mark = parse_step(line)
+        if mark is None:
+            continue
+        rank = mark.rank if mark.rank is not None else 0
+        token = _NODE_TOKEN.search(line.text)
+        node = line.node or (token.group(1) if token else "") or layout.get(rank, "")
+        samples.append(
+            ProgressSample(
+                rank=rank,
+                node=node,
+                step=mark.step,
+                at=mark.at or read_at,
+                step_time_s=mark.step_time_s,
+                compute_time_s=mark.compute_time_s,
+                epoch=mark.epoch,
+            )
+        )
+    return samples
 
 
 def unresponsive(snapshot: ClusterSnapshot, nodes: Sequence[str]) -> list[str]:
@@ -89,6 +129,7 @@ class WatchActivities:
         offsets: dict[str, int] = state["offsets"]
         polls: int = state["polls"]
         nodes_seen: list[str] = state["nodes"]
+        progress: ProgressState = state.get("progress") or inp.progress or ProgressState()
         started = datetime.now(UTC)
         while True:
             snap = await self._fresh_since(started)
@@ -97,9 +138,12 @@ class WatchActivities:
                 nodes_seen = list(job.nodes)
             tail = LogTail(log_patterns(inp.log_patterns, job, inp.job_id))
             lines, offsets = await asyncio.to_thread(tail.read_new, offsets)
-            polls += 1
-            activity.heartbeat({"offsets": offsets, "polls": polls, "nodes": nodes_seen})
             now = datetime.now(UTC)
+            progress = await asyncio.to_thread(self._track, inp, job, nodes_seen, progress, lines, now)
+            polls += 1
+            activity.heartbeat(
+                {"offsets": offsets, "polls": polls, "nodes": nodes_seen, "progress": progress.model_dump(mode="json")}
+            )
             findings = to_findings(scan(lines))
             if findings and not any(f.culprit for f in findings):
                 # Only victims' lines ("Terminated", lost peers): the shared snapshot may be a second behind the
@@ -123,15 +167,44 @@ class WatchActivities:
                 summary = f"node(s) {', '.join(down)} of the job stopped responding"
                 return _anomaly(AnomalyKind.NODE_FAILURE, now, job, [], offsets, polls, summary, down)
             if job is None:
-                return JobWatchResult(outcome=WatchOutcome.GONE, observed_at=now, offsets=offsets, polls=polls)
+                return JobWatchResult(
+                    outcome=WatchOutcome.GONE, observed_at=now, offsets=offsets, polls=polls, progress=progress
+                )
             if job.restart_count != inp.last_restart_count or job.state is not inp.last_state:
                 if job.state.is_failure():
                     summary = f"job ended {job.state.value} (exit {job.exit_code}, {job.state_reason})"
-                    return _anomaly(AnomalyKind.JOB_FAILED, now, job, [], offsets, polls, summary)
+                    return _anomaly(AnomalyKind.JOB_FAILED, now, job, [], offsets, polls, summary, progress=progress)
                 return JobWatchResult(
-                    outcome=WatchOutcome.CHANGED, observed_at=now, job=job, offsets=offsets, polls=polls
-                )
+                    outcome=WatchOutcome.CHANGED, observed_at=now, job=job, offsets=offsets, polls=polls,
+                    progress=progress,
+                )  # fmt: skip
+            if job.state is JobState.RUNNING:
+                silent = assess_hang(progress, now, inp.hang, expected_ranks=range(job.task_count))
+                if silent.hung:
+                    return _hang_anomaly(now, job, silent, offsets, polls, progress)
+                if inp.straggler_action is not StragglerAction.OFF:
+                    progress, slow = assess_stragglers(progress, inp.stragglers)
+                    new_nodes = {n.node for n in slow.nodes} - set(inp.reported_straggler_nodes)
+                    if slow.flagged and new_nodes:
+                        return _straggler_anomaly(now, job, slow, offsets, polls, progress)
             await asyncio.sleep(inp.poll_interval_s)
+
+    @staticmethod
+    def _track(
+        inp: JobWatchInput,
+        job: SlurmJob | None,
+        nodes: Sequence[str],
+        progress: ProgressState,
+        lines: Sequence[LogLine],
+        now: datetime,
+    ) -> ProgressState:
+        """Fold this poll's step lines and heartbeat files into the job's progress state."""
+        task_count = job.task_count if job is not None else 0
+        progress = observe(progress, progress_samples(lines, now, block_rank_layout(nodes, task_count)), now)
+        if inp.heartbeat_patterns:
+            for rank, at in heartbeat_times(inp.heartbeat_patterns, inp.job_id).items():
+                progress = note_activity(progress, rank, at)
+        return progress
 
     @activity.defn(name="job_wait_resume")
     async def wait_resume(self, inp: WaitResumeInput) -> WaitResumeResult:
@@ -159,7 +232,9 @@ class WatchActivities:
                 loaded_at_step = progress.checkpoint.step
             # Any step line after the restart is the new attempt's: after a failure no data-parallel rank can
             # complete a step (it needs every peer), so the old attempt cannot print one.
-            steps = [m for m in (parse_step(line) for line in lines) if m is not None]
+            current = job.restart_count >= inp.expected_restart_count
+            restarted = current and job.state is not JobState.PENDING
+            steps = [m for m in (parse_step(line) for line in lines) if m is not None and _is_new(m.at, restarted, inp)]
             first_step = min(steps, key=lambda m: (m.at.timestamp() if m.at else float("inf"), m.step), default=None)
             if first_step is not None:
                 return WaitResumeResult(
@@ -173,11 +248,18 @@ class WatchActivities:
                 )
             # Until the successor runs, new lines are the previous attempt's last words (its peers' tracebacks,
             # srun's summary): they belong to the incident being recovered, not to a new one.
-            current = job.restart_count >= inp.expected_restart_count
-            restarted = current and job.state is not JobState.PENDING
             if (current and job.state.is_failure()) or (restarted and to_findings(scan(lines))):
                 return WaitResumeResult(outcome=ResumeOutcome.FAILED_AGAIN, observed_at=now, offsets=offsets, job=job)
             await asyncio.sleep(inp.poll_interval_s)
+
+
+def _is_new(at: datetime | None, restarted: bool, inp: WaitResumeInput) -> bool:
+    """Whether a step line can be the restarted attempt's (see ``WaitResumeInput.not_before``)."""
+    if inp.not_before is None:
+        return True
+    if at is not None:
+        return at >= inp.not_before
+    return restarted
 
 
 def _resume_details(initial_offsets: dict[str, int]) -> dict[str, Any]:
@@ -186,12 +268,65 @@ def _resume_details(initial_offsets: dict[str, int]) -> dict[str, Any]:
     if details:
         last = details[-1]
         if isinstance(last, dict) and isinstance(last.get("offsets"), dict):
+            progress = None
+            if isinstance(last.get("progress"), dict):
+                with contextlib.suppress(ValueError):  # an older worker's shape: learn the timing afresh
+                    progress = ProgressState.model_validate(last["progress"])
             return {
                 "offsets": {str(k): int(v) for k, v in last["offsets"].items()},
                 "polls": int(last.get("polls", 0)),
                 "nodes": [str(n) for n in last.get("nodes", [])],
+                "progress": progress,
             }
-    return {"offsets": dict(initial_offsets), "polls": 0, "nodes": []}
+    return {"offsets": dict(initial_offsets), "polls": 0, "nodes": [], "progress": None}
+
+
+def _hang_anomaly(
+    now: datetime, job: SlurmJob, verdict: HangVerdict, offsets: dict[str, int], polls: int, progress: ProgressState
+) -> JobWatchResult:
+    evidence = [
+        Evidence(
+            source=EvidenceSource.LOGS,
+            text=f"rank {r.rank}: last step {r.last_step if r.last_step is not None else '-'}, silent "
+            + (f"{r.silent_for_s:.1f}s" if r.silent_for_s is not None else "since watching began"),
+            node=r.node,
+            rank=r.rank,
+        )
+        for r in sorted(verdict.ranks, key=lambda r: -(r.silent_for_s or 0.0))[:8]
+    ]
+    return JobWatchResult(
+        outcome=WatchOutcome.ANOMALY,
+        observed_at=now,
+        job=job,
+        anomaly=Anomaly(kind=AnomalyKind.HANG, observed_at=now, summary=verdict.summary, evidence=tuple(evidence)),
+        offsets=offsets,
+        polls=polls,
+        progress=progress,
+        hang=verdict,
+    )
+
+
+def _straggler_anomaly(
+    now: datetime,
+    job: SlurmJob,
+    verdict: StragglerVerdict,
+    offsets: dict[str, int],
+    polls: int,
+    progress: ProgressState,
+) -> JobWatchResult:
+    evidence = [
+        Evidence(source=EvidenceSource.LOGS, text=r.evidence, node=r.node, rank=r.rank) for r in verdict.stragglers[:8]
+    ]
+    return JobWatchResult(
+        outcome=WatchOutcome.ANOMALY,
+        observed_at=now,
+        job=job,
+        anomaly=Anomaly(kind=AnomalyKind.STRAGGLER, observed_at=now, summary=verdict.summary, evidence=tuple(evidence)),
+        offsets=offsets,
+        polls=polls,
+        progress=progress,
+        stragglers=verdict,
+    )
 
 
 def _anomaly(
@@ -203,6 +338,8 @@ def _anomaly(
     polls: int,
     summary: str = "",
     nodes: Sequence[str] = (),
+    *,
+    progress: ProgressState | None = None,
 ) -> JobWatchResult:
     evidence = [
         Evidence(source=EvidenceSource.LOGS, text=f.text, node=f.node, rank=f.rank, at=f.at) for f in findings[:8]
@@ -228,4 +365,5 @@ def _anomaly(
         findings=tuple(findings),
         offsets=offsets,
         polls=polls,
+        progress=progress,
     )

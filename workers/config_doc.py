@@ -67,7 +67,7 @@ def _rows(model: type[BaseModel], prefix: str, env_prefix: str) -> list[str]:
             rows += _rows(annotation, f"{prefix}{name}.", f"{env_prefix}{name.upper()}__")
             continue
         type_name = _type_name(annotation)
-        desc = (info.description or "").replace("|", "\\|")
+        desc = " ".join((info.description or "").split()).replace("|", "\\|")
         rows.append(f"| `{prefix}{name}` | `{env_prefix}{name.upper()}` | {type_name} | {_default(info)} | {desc} |")
     return rows
 

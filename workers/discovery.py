@@ -96,6 +96,7 @@ def build_discovery_activities(
         client,
         task_queue=settings.temporal.task_queue,
         poll_interval_s=settings.watch.poll_interval_s,
+        detection=settings.detection,
     )
     return [acts.discover_jobs, acts.start_job_recovery]
 

@@ -23,7 +23,9 @@ async def watch(settings: Settings, job_id: int, poll_interval_s: float) -> int:
     client = await connect(settings.temporal)
     wf_id = job_workflow_id(settings.cluster_name, job_id)
     # Validate on the client: a payload that fails to decode would wedge the workflow task, not fail it.
-    inp = JobRecoveryInput(cluster=settings.cluster_name, job_id=job_id, poll_interval_s=poll_interval_s)
+    inp = JobRecoveryInput(
+        cluster=settings.cluster_name, job_id=job_id, poll_interval_s=poll_interval_s, detection=settings.detection
+    )
     handle = await client.start_workflow(
         JobRecoveryWorkflow.run,
         inp,

@@ -1,7 +1,7 @@
 """The node agent: a small worker on each GPU node, on task queue ``rebound-node-<node>``.
 
-Workflows send node-local work (NVML reads, XID events; later stack dumps of hung ranks) to exactly the node
-that must do it. The agent keeps one NVML session open so events are not missed between reads.
+Workflows send node-local work (NVML reads, XID events, rank listings and stack dumps of hung ranks) to exactly
+the node that must do it. The agent keeps one NVML session open so events are not missed between reads.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 
 from activities.gpu.activities import GpuActivities
 from activities.gpu.nvml import NvmlSource
+from activities.procs.activities import ProcsActivities
 from workers.client import connect
 from workers.gpu_push import push_gpu_events
 from workers.lifecycle import stop_on_signals
@@ -46,6 +47,7 @@ async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) 
     except ReboundError as e:
         log.warning("GPUs of %s not readable yet (%s); every read will retry", node, e)
     gpu = GpuActivities(source)
+    procs = ProcsActivities(node, py_spy=settings.node_agent.py_spy_path)
     queue = node_task_queue(node)
     pusher = asyncio.create_task(
         push_gpu_events(source, build_scheduler(settings.slurm), client, settings.cluster_name, node, stop)
@@ -54,7 +56,7 @@ async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) 
         async with Worker(
             client,
             task_queue=queue,
-            activities=[gpu.read_gpu_health],
+            activities=[gpu.read_gpu_health, procs.rank_processes, procs.dump_stacks],
             graceful_shutdown_timeout=timedelta(seconds=5),
         ):
             log.info("node agent for %s polling %s", node, queue)

@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from workflows.constants import DEFAULT_TASK_QUEUE
+from workflows.domain.recovery import DetectionPolicy
 
 CONFIG_FILE_ENV = "REBOUND_CONFIG"
 
@@ -100,6 +101,9 @@ class NodeAgentSettings(_Section):
     """Settings of a node agent (one per Slurm node)."""
 
     node_name: str | None = Field(None, description="This node's Slurm name (SLURMD_NODENAME, never hostname).")
+    py_spy_path: Path | None = Field(
+        None, description="py-spy binary for hung ranks' stack dumps (unset: beside the agent's Python, then PATH)."
+    )
 
 
 class WatchSettings(_Section):
@@ -118,6 +122,44 @@ class WatchSettings(_Section):
         None, description="TOML file of operator selectors ([[select]] tables) that opt jobs in without a comment."
     )
     enabled: bool = Field(True, description="Start the cluster's ClusterWatch workflow when the worker starts.")
+    log_roots: tuple[Path, ...] = Field(
+        (),
+        description="Directories a job's log files must really lie under (symlinks resolved); patterns and files "
+        'elsewhere are refused and reported. Empty: no root restriction. Env: a JSON list, ["/scratch"].',
+    )
+    log_require_owner: bool = Field(
+        True,
+        description="Read a job's log files only if its own user owns them (refused, and reported, otherwise); "
+        "with no user id known for the job, none are read.",
+    )
+
+    @model_validator(mode="after")
+    def _log_roots_absolute(self) -> WatchSettings:
+        relative = [str(root) for root in self.log_roots if not root.is_absolute()]
+        if relative:
+            raise ValueError(f"watch.log_roots must be absolute paths: {', '.join(relative)}")
+        return self
+
+
+class GpuSettings(_Section):
+    """Central GPU health reads: scraping each node's dcgm-exporter (docs/gpu-health.md)."""
+
+    dcgm_url_template: str | None = Field(
+        None,
+        description="dcgm-exporter metrics URL of a node, {node} = its Slurm name, e.g. http://{node}:9400/metrics "
+        "(unset: dcgm_scrape_node needs an explicit url).",
+    )
+    dcgm_timeout_s: float = Field(5.0, gt=0, le=120, description="Limit for one scrape, connect to last byte.")
+    dcgm_max_page_bytes: int = Field(
+        8 * 1024 * 1024, gt=0, description="Largest exporter page accepted; a bigger one is an error, never cut short."
+    )
+
+    @model_validator(mode="after")
+    def _template_names_node(self) -> GpuSettings:
+        template = self.dcgm_url_template
+        if template is not None and ("{node}" not in template or not template.startswith(("http://", "https://"))):
+            raise ValueError("gpu.dcgm_url_template must be an http(s) URL containing {node}")
+        return self
 
 
 class Settings(BaseSettings):
@@ -137,6 +179,10 @@ class Settings(BaseSettings):
     node_agent: NodeAgentSettings = Field(default_factory=NodeAgentSettings, description="Node agent.")
     watch: WatchSettings = Field(
         default_factory=WatchSettings, description="Opt-in discovery (ClusterWatch) and the shared scheduler snapshot."
+    )
+    gpu: GpuSettings = Field(default_factory=GpuSettings, description="Central GPU health reads (DCGM exporter).")
+    detection: DetectionPolicy = Field(
+        default_factory=DetectionPolicy, description="Hangs and stragglers: windows, thresholds, evidence."
     )
     log_level: str = Field("INFO", description="Python logging level.")
 

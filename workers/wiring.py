@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from activities.slurm.cli import SlurmCliScheduler
 from activities.slurm.port import CompositeScheduler, SchedulerPort, SchedulerReads
 from activities.slurm.snapshots import SnapshotCache
-from workers.settings import SchedulerBackend, SlurmSettings, WatchSettings
+from workers.settings import GpuSettings, SchedulerBackend, SlurmSettings, WatchSettings
 
 
 def build_scheduler(settings: SlurmSettings) -> SchedulerPort:
@@ -40,3 +43,19 @@ def build_snapshot_cache(scheduler: SchedulerReads, settings: WatchSettings) -> 
     ``snapshot()`` per ``snapshot_max_age_s`` for the whole worker, however many jobs are watched.
     """
     return SnapshotCache(scheduler, settings.snapshot_max_age_s)
+
+
+def build_gpu_activities(settings: GpuSettings) -> list[Callable[..., Any]]:
+    """The central worker's GPU activities (``dcgm_scrape_node``), ready for ``Worker(activities=...)``.
+
+    Registered always, template or not: a call for a node without a configured template (and no explicit URL)
+    then fails at once, non-retryably, naming the setting, instead of waiting on a task queue where no worker
+    knows the activity until its timeout. Building it costs no connection; it reads the packaged XID catalogue,
+    so a broken one stops the worker at start.
+    """
+    from activities.gpu.dcgm_activities import DcgmActivities
+
+    acts = DcgmActivities(
+        settings.dcgm_url_template, timeout_s=settings.dcgm_timeout_s, max_bytes=settings.dcgm_max_page_bytes
+    )
+    return [acts.scrape_node]

@@ -16,7 +16,7 @@ from workers.client import connect
 from workers.discovery import build_discovery_activities, start_cluster_watch
 from workers.lifecycle import stop_on_signals
 from workers.settings import Settings
-from workers.wiring import build_scheduler, build_snapshot_cache
+from workers.wiring import build_gpu_activities, build_scheduler, build_snapshot_cache
 from workflows.cluster_watch import ClusterWatchWorkflow
 from workflows.job_recovery import JobRecoveryWorkflow
 from workflows.node_gpu_health import NodeGpuHealthWorkflow
@@ -54,6 +54,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
             actions.drain_node,
             actions.requeue_job,
             *discovery,
+            *build_gpu_activities(settings.gpu),
         ],
         graceful_shutdown_timeout=timedelta(seconds=10),
     )

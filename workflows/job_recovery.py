@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -17,6 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities.attribution import AttributionActivities
     from activities.gpu.activities import GpuActivities
+    from activities.procs.activities import ProcsActivities
     from activities.slurm.actions import SlurmActionActivities
     from activities.slurm.activities import SlurmActivities
     from activities.watch import WatchActivities
@@ -42,6 +44,15 @@ with workflow.unsafe.imports_passed_through():
         WaitResumeInput,
         WatchOutcome,
     )
+    from workflows.domain.procs import (
+        NodeProcessesInput,
+        NodeProcessesResult,
+        RankProcess,
+        RankStack,
+        StackDumpInput,
+        StackDumpResult,
+    )
+    from workflows.domain.progress import ProgressState, note_restart
     from workflows.domain.recovery import (
         JobRecoveryInput,
         JobRecoveryResult,
@@ -49,20 +60,28 @@ with workflow.unsafe.imports_passed_through():
         ObserveJobInput,
         ObserveJobResult,
         RecoveryState,
+        StragglerAction,
     )
     from workflows.domain.slurm import JobState, SlurmJob
     from workflows.options import (
         ATTRIBUTE,
         CLUSTER_ACTION,
         JOB_WATCH,
+        NODE_AGENT_EVIDENCE,
         NODE_AGENT_QUICK_READ,
         SCHEDULER_READ,
         WAIT_RESUME,
     )
     from workflows.policy.budget import backoff_s
+    from workflows.policy.hang import HangPolicy, HangVerdict
+    from workflows.policy.implicit import attribute_straggler, slowdown_reasons
+    from workflows.policy.stacks import describe_stacks, odd_ranks
+    from workflows.policy.straggler import StragglerVerdict, restart_pays_off
 
 #: Incidents kept in state across continue-as-new (older ones stay in the previous runs' histories).
 MAX_CARRIED_INCIDENTS = 20
+#: Stacks and processes kept with a hang incident (the rest are summarised in its timeline).
+MAX_STACKS = 64
 
 
 @workflow.defn(name="JobRecovery")
@@ -81,6 +100,11 @@ class JobRecoveryWorkflow:
         self._next_anomaly: Anomaly | None = None
         self._next_findings: tuple[LogFinding, ...] = ()
         self._last_job: SlurmJob | None = None
+        # What the watch learned about the ranks' progress, and the verdict behind the anomaly it returned.
+        self._progress: ProgressState | None = inp.carried_progress
+        self._hang: HangVerdict | None = None
+        self._stragglers: StragglerVerdict | None = None
+        self._reported_stragglers: tuple[str, ...] = ()
 
     # ----- messages --------------------------------------------------------------------------------------------
     @workflow.signal(description="A node agent saw a GPU fault (XID, lost GPU, DBE) on a node this job runs on.")
@@ -118,7 +142,14 @@ class JobRecoveryWorkflow:
                     return self._end(RecoveryState.GAVE_UP, "the scheduler no longer lists the job")
                 job, pending, findings = watched
                 continue
-            outcome = await self._recover(job, pending, findings)
+            if pending.kind is AnomalyKind.STRAGGLER:
+                preset = await self._judge_straggler(job, pending)
+                if preset is None:
+                    pending = None
+                    continue
+                outcome = await self._recover(job, pending, findings, preset=preset)
+            else:
+                outcome = await self._recover(job, pending, findings)
             if outcome is not None:
                 return outcome
             pending, findings = self._next_anomaly, self._next_findings
@@ -135,8 +166,14 @@ class JobRecoveryWorkflow:
                 poll_interval_s=self._inp.poll_interval_s,
                 last_state=job.state,
                 last_restart_count=job.restart_count,
+                heartbeat_patterns=self._inp.spec.heartbeat,
+                progress=self._progress,
+                hang=self._hang_policy(),
+                stragglers=self._inp.detection.stragglers,
+                straggler_action=self._inp.spec.stragglers,
+                reported_straggler_nodes=self._reported_stragglers,
             ),
-            summary=f"Watch job {self._inp.job_id} ({job.state.value}): scheduler, rank logs",
+            summary=f"Watch job {self._inp.job_id} ({job.state.value}): scheduler, rank logs, progress",
             **JOB_WATCH,
         )
         await workflow.wait_condition(lambda: handle.done() or bool(self._gpu_events))
@@ -156,6 +193,9 @@ class JobRecoveryWorkflow:
             return job, anomaly, ()
         result = await handle
         self._status = self._status.model_copy(update={"log_offsets": result.offsets})
+        if result.progress is not None:
+            self._progress = result.progress
+        self._hang, self._stragglers = result.hang, result.stragglers
         if result.outcome is WatchOutcome.GONE or result.job is None:
             return None
         self._observe(result.job, keep_nodes=result.outcome is WatchOutcome.ANOMALY)
@@ -167,9 +207,17 @@ class JobRecoveryWorkflow:
         return result.job, result.anomaly, result.findings
 
     async def _recover(
-        self, job: SlurmJob, anomaly: Anomaly, findings: tuple[LogFinding, ...]
+        self,
+        job: SlurmJob,
+        anomaly: Anomaly,
+        findings: tuple[LogFinding, ...],
+        *,
+        preset: Attribution | None = None,
     ) -> JobRecoveryResult | None:
-        """One incident: attribute, isolate, restart, verify. Returns a result only when the workflow ends."""
+        """One incident: attribute, isolate, restart, verify. Returns a result only when the workflow ends.
+
+        ``preset`` is an attribution already made (a straggler's), so no evidence is gathered again.
+        """
         self._next_anomaly, self._next_findings, self._last_job = None, (), job
         expected_restarts = (
             self._status.restart_count
@@ -178,12 +226,22 @@ class JobRecoveryWorkflow:
         )
         number = len(self._status.incidents) + 1 + self._carried_offset()
         incident = Incident(
-            number=number, id=f"{self._inp.job_id}-{number}", detected_at=anomaly.observed_at, anomaly=anomaly
+            number=number,
+            id=f"{self._inp.job_id}-{number}",
+            detected_at=anomaly.observed_at,
+            anomaly=anomaly,
+            hang=self._hang if anomaly.kind is AnomalyKind.HANG else None,
+            stragglers=self._stragglers if anomaly.kind is AnomalyKind.STRAGGLER else None,
         )
         self._put_incident(incident)
         self._set_state(RecoveryState.DETECTED, anomaly.summary, incident=number)
+        if anomaly.kind is AnomalyKind.HANG:
+            incident = await self._capture_hang_evidence(incident, job)
 
-        attribution, job_state = await self._attribute(job, anomaly, findings)
+        if preset is not None:
+            attribution, job_state = preset, None
+        else:
+            attribution, job_state = await self._attribute(job, anomaly, findings, incident)
         incident = self._put_incident(incident.model_copy(update={"attribution": attribution}))
         if job_state is JobState.CANCELLED:
             # Its ranks were stopped by scancel (their "Terminated" lines looked like a failure): not an incident.
@@ -231,6 +289,10 @@ class JobRecoveryWorkflow:
         if self._status.job_state is JobState.CANCELLED:
             self._put_incident(incident.model_copy(update={"outcome": "cancelled by its owner"}))
             return self._end(RecoveryState.FINISHED, "the job was cancelled by its owner during recovery")
+        # A new attempt: its first silence is a startup, not a hang; its stragglers are reported afresh.
+        if self._progress is not None:
+            self._progress = note_restart(self._progress, workflow.now())
+        self._reported_stragglers = ()
 
         self._set_state(RecoveryState.VERIFYING, "waiting for the job to log a training step", number)
         resumed = await workflow.execute_activity_method(
@@ -240,6 +302,7 @@ class JobRecoveryWorkflow:
                 log_patterns=self._inp.spec.logs,
                 offsets=self._status.log_offsets,
                 expected_restart_count=self._status.restart_count,
+                not_before=incident.restarted_at,
             ),
             summary=f"Wait for job {self._inp.job_id} to train again",
             **WAIT_RESUME,
@@ -272,7 +335,7 @@ class JobRecoveryWorkflow:
 
     # ----- steps ---------------------------------------------------------------------------------------------------
     async def _attribute(
-        self, job: SlurmJob, anomaly: Anomaly, findings: tuple[LogFinding, ...]
+        self, job: SlurmJob, anomaly: Anomaly, findings: tuple[LogFinding, ...], incident: Incident
     ) -> tuple[Attribution, JobState | None]:
         nodes = job.nodes or self._status.nodes
         gpu_events = list(anomaly.gpu_events) + [e for e in self._gpu_events if e not in anomaly.gpu_events]
@@ -298,12 +361,130 @@ class JobRecoveryWorkflow:
                 offsets=self._status.log_offsets,
                 findings=findings,
                 gpu_events=tuple(gpu_events),
+                hang=incident.hang,
+                odd_ranks=incident.odd_ranks,
+                processes=incident.processes,
+                stack_summary=describe_stacks(incident.stacks) if incident.stacks else "",
             ),
             summary=f"Attribute: {anomaly.summary[:80]}",
             **ATTRIBUTE,
         )
         self._status = self._status.model_copy(update={"log_offsets": result.offsets})
         return result.attribution, result.job_state
+
+    async def _capture_hang_evidence(self, incident: Incident, job: SlurmJob) -> Incident:
+        """Before the hung job is killed: every rank's process state and stack, from each node's agent.
+
+        A node whose agent does not answer is noted and skipped: evidence is worth seconds, not the restart.
+        """
+        nodes = job.nodes or self._status.nodes
+        self._record("EVIDENCE", f"dumping the stacks of every rank on {', '.join(nodes) or '-'}", incident.number)
+        found = await asyncio.gather(*(self._node_evidence(n) for n in nodes))
+        processes: list[RankProcess] = []
+        stacks: list[RankStack] = []
+        notes: list[str] = []
+        for node, (procs, dump) in zip(nodes, found, strict=True):
+            if procs is not None:
+                processes += procs.processes
+            if dump is not None:
+                stacks += dump.stacks
+            if procs is None or dump is None or (dump.error and not dump.stacks):
+                notes.append(f"{node}: {dump.error if dump is not None and dump.error else 'agent did not answer'}")
+        stacks.sort(key=lambda st: st.rank)
+        odd = tuple(odd_ranks(stacks))
+        summary = describe_stacks(stacks) if stacks else "no stacks"
+        self._record(
+            "EVIDENCE",
+            f"{sum(1 for st in stacks if st.text)} stack(s), {len(processes)} process(es); odd rank(s): "
+            f"{', '.join(map(str, odd)) or 'none'}; {summary}"[:400]
+            + (f"; {'; '.join(notes)}" if notes else ""),
+            incident.number,
+        )
+        return self._put_incident(
+            incident.model_copy(
+                update={
+                    "stacks": tuple(stacks)[:MAX_STACKS],
+                    "processes": tuple(sorted(processes, key=lambda p: p.rank))[:MAX_STACKS],
+                    "odd_ranks": odd,
+                }
+            )
+        )
+
+    async def _node_evidence(self, node: str) -> tuple[NodeProcessesResult | None, StackDumpResult | None]:
+        timeout = self._inp.detection.stack_dump_timeout_s
+        try:
+            procs = await workflow.execute_activity_method(
+                ProcsActivities.rank_processes,
+                NodeProcessesInput(job_id=self._inp.job_id),
+                task_queue=node_task_queue(node),
+                summary=f"List job {self._inp.job_id}'s rank processes on {node}",
+                start_to_close_timeout=timedelta(seconds=10),
+                **NODE_AGENT_EVIDENCE,
+            )
+        except ActivityError:
+            procs = None
+        try:
+            dump = await workflow.execute_activity_method(
+                ProcsActivities.dump_stacks,
+                StackDumpInput(job_id=self._inp.job_id, timeout_s=timeout),
+                task_queue=node_task_queue(node),
+                summary=f"Dump the stacks of job {self._inp.job_id}'s ranks on {node} (py-spy)",
+                start_to_close_timeout=timedelta(seconds=4 * timeout + 10),
+                **NODE_AGENT_EVIDENCE,
+            )
+        except ActivityError:
+            dump = None
+        return procs, dump
+
+    async def _judge_straggler(self, job: SlurmJob, anomaly: Anomaly) -> Attribution | None:
+        """Record a straggler incident; return its attribution only when the policy says to restart elsewhere."""
+        verdict = self._stragglers
+        if verdict is None:
+            return None
+        nodes = tuple(n.node for n in verdict.nodes if n.node)
+        self._reported_stragglers = tuple(sorted({*self._reported_stragglers, *nodes}))
+        reports = await asyncio.gather(*(self._read_gpus(n) for n in nodes))
+        throttled: dict[str, list[str]] = {}
+        for node, report in zip(nodes, reports, strict=True):
+            for sample in report.samples if report is not None else ():
+                reasons = slowdown_reasons(sample.clocks_event_reasons)
+                if reasons:
+                    throttled.setdefault(node, []).append(
+                        f"GPU {sample.index}: {'+'.join(reasons)} (clocks_event_reasons="
+                        f"{sample.clocks_event_reasons:#x}, {sample.temperature_c} C)"
+                    )
+        attribution = attribute_straggler(verdict, throttled)
+        worst = max((r.slowdown for r in verdict.stragglers), default=1.0)
+        restart = self._inp.spec.stragglers is StragglerAction.RESTART and restart_pays_off(
+            worst, self._inp.detection.straggler_horizon_s, self._inp.detection.straggler_restart_cost_s
+        )
+        if restart:
+            return attribution
+        number = len(self._status.incidents) + 1 + self._carried_offset()
+        self._put_incident(
+            Incident(
+                number=number,
+                id=f"{self._inp.job_id}-{number}",
+                detected_at=anomaly.observed_at,
+                anomaly=anomaly,
+                attribution=attribution,
+                stragglers=verdict,
+                outcome="reported (straggler action: report)"
+                if self._inp.spec.stragglers is not StragglerAction.RESTART
+                else f"reported: a {worst:.2f}x slowdown does not repay a restart",
+            )
+        )
+        self._record("STRAGGLER", f"{attribution.explanation}", number)
+        workflow.upsert_search_attributes(
+            [CAUSE.value_set(attribution.cause), IMPLICATED_NODES.value_set(list(attribution.implicated_nodes))]
+        )
+        return None
+
+    def _hang_policy(self) -> HangPolicy:
+        policy = self._inp.detection.hang
+        if self._inp.spec.hang_after_s is not None:
+            policy = policy.model_copy(update={"override_s": self._inp.spec.hang_after_s})
+        return policy
 
     async def _read_gpus(self, node: str) -> GpuHealthReport | None:
         try:
@@ -389,7 +570,7 @@ class JobRecoveryWorkflow:
         st = self._status.model_copy(
             update={"incidents": self._status.incidents[-MAX_CARRIED_INCIDENTS:], "runs": self._status.runs + 1}
         )
-        return self._inp.model_copy(update={"carried": st})
+        return self._inp.model_copy(update={"carried": st, "carried_progress": self._progress})
 
     def _observe(self, job: SlurmJob, *, keep_nodes: bool = False) -> None:
         update: dict[str, object] = {

@@ -93,6 +93,15 @@ NODE_AGENT_QUICK_READ: dict[str, Any] = {
     "retry_policy": RetryPolicy(maximum_attempts=1),
 }
 
+#: Evidence from a node agent before a hung job is killed (its ranks' processes, their stacks): one try, bounded,
+#: so a dead agent delays the restart by seconds, not minutes. Callers add ``start_to_close_timeout`` sized to the
+#: dump (py-spy runs up to 8 ranks at a time, each with its own timeout).
+NODE_AGENT_EVIDENCE: dict[str, Any] = {
+    "schedule_to_start_timeout": timedelta(seconds=3),
+    "heartbeat_timeout": timedelta(seconds=10),
+    "retry_policy": RetryPolicy(maximum_attempts=1),
+}
+
 #: ClusterWatch's discovery: one heartbeating activity that returns when opted-in jobs appear or known ones end
 #: (or after its max wait, at most 30 min). A scheduler outage is ridden out; permanent kinds stop the attempt.
 CLUSTER_DISCOVERY: dict[str, Any] = {

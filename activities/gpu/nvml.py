@@ -44,6 +44,11 @@ _ECC_FIELDS = (
     ("ecc_corrected_aggregate", "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_AGGREGATE_ECC"),
 )
 _REMAP_FIELDS = ("remapped_rows_correctable", "remapped_rows_uncorrectable", "remap_pending", "remap_failure")
+# Page retirement (before Ampere; Ampere and later answer NOT_SUPPORTED and remap rows instead).
+_RETIRED_PAGE_FIELDS = (
+    ("retired_pages_sbe", "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS"),
+    ("retired_pages_dbe", "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"),
+)
 
 
 @dataclass
@@ -255,20 +260,27 @@ class NvmlSource:
             if retry.handle is None:
                 lost = retry.open_error == "lost"
                 errors = () if lost else (retry.open_error,)
-                return GpuSample(host=self._host, index=gpu.index, lost=lost, errors=errors)
+                return GpuSample(
+                    host=self._host, index=gpu.index, lost=lost, errors=errors, observed_at=datetime.now(UTC)
+                )
             self._gpus[gpu.index] = gpu = retry
         h = gpu.handle
         f = _Fields(nv)
+        observed_at = datetime.now(UTC)
         f.read(("temperature_c",), lambda: (self._temperature(h),))
         f.read(("utilization_gpu_pct", "utilization_mem_pct"), lambda: self._utilization(h))
-        f.read(("memory_used_bytes", "memory_total_bytes"), lambda: self._memory(h))
+        f.read(("memory_used_bytes", "memory_total_bytes", "memory_free_bytes"), lambda: self._memory(h))
         f.read(("power_mw",), lambda: (int(nv.nvmlDeviceGetPowerUsage(h)),))
+        f.read(("sm_clock_mhz",), lambda: (int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),))
+        f.read(("sm_clock_max_mhz",), lambda: (int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),))
         for field, err_type, counter in _ECC_FIELDS:
             f.read((field,), functools.partial(self._ecc, h, err_type, counter))
         f.read(
             ("retired_pages_pending",),
             lambda: (int(nv.nvmlDeviceGetRetiredPagesPendingStatus(h)) == int(nv.NVML_FEATURE_ENABLED),),
         )
+        for field, cause in _RETIRED_PAGE_FIELDS:
+            f.read((field,), functools.partial(self._retired_pages, h, cause))
         f.read(_REMAP_FIELDS, lambda: self._remapped_rows(h))
         f.read(("clocks_event_reasons",), lambda: (self._clocks_event_reasons(h),))
         f.read(("pcie_replay_count",), lambda: (int(nv.nvmlDeviceGetPcieReplayCounter(h)),))
@@ -287,6 +299,7 @@ class NvmlSource:
                 "pci_bus_id": gpu.pci_bus_id,
                 "name": gpu.name,
                 "lost": f.lost,
+                "observed_at": observed_at,
                 "unsupported": tuple(f.unsupported),
                 "errors": tuple(f.errors),
             }
@@ -318,9 +331,13 @@ class NvmlSource:
         rates = self._nv.nvmlDeviceGetUtilizationRates(h)
         return int(rates.gpu), int(rates.memory)
 
-    def _memory(self, h: Any) -> tuple[int, int]:
+    def _memory(self, h: Any) -> tuple[int, int, int]:
         mem = self._nv.nvmlDeviceGetMemoryInfo(h)
-        return int(mem.used), int(mem.total)
+        return int(mem.used), int(mem.total), int(mem.free)
+
+    def _retired_pages(self, h: Any, cause: str) -> tuple[int]:
+        # The count is all a verdict needs; pynvml sizes the buffer itself (a first call with count 0).
+        return (len(self._nv.nvmlDeviceGetRetiredPages(h, getattr(self._nv, cause))),)
 
     def _remapped_rows(self, h: Any) -> tuple[int, int, bool, bool]:
         corr, unc, pending, failure = self._nv.nvmlDeviceGetRemappedRows(h)

@@ -6,8 +6,9 @@ heartbeat details and a workflow in its state. A restarted activity given the of
 neither re-reads nor misses a line.
 
 State format: ``{path: offset}`` plus, for every path with ``offset > 0``, ``{"\\0crc:" + path: crc32}`` of the
-(up to) 64 bytes that end at ``offset``. The NUL prefix cannot occur in a POSIX path, so the two kinds of key
-never collide; ``positions`` drops the fingerprints for display. A file whose size fell below its offset, or
+(up to) 64 bytes that end at ``offset``, and ``{"\\0wait:" + path: 1}`` for a file whose new data did not fit the
+last call's budget (it goes first next time). The NUL prefix cannot occur in a POSIX path, so the kinds of key
+never collide; ``positions`` drops all but the offsets for display. A file whose size fell below its offset, or
 whose bytes before the offset changed (truncated and rewritten past the old offset, replaced by a new file), is
 read again from 0. Offsets written by hand (no fingerprint) are trusted as far as the size allows.
 
@@ -33,11 +34,28 @@ optionally in brackets and with a zone (``2026-11-30T03:40:01.123Z``, ``[2026-11
 without a zone is taken as UTC. Lines without one (traceback lines) get None.
 
 Lines end at ``\\n``, ``\\r\\n`` or a bare ``\\r`` (progress bars redraw with ``\\r``; each redraw is a line).
-Empty lines are skipped. A line longer than ``max_bytes_per_file`` is returned in pieces of that size.
+Empty lines are skipped. A line longer than ``max_bytes_per_file`` is returned in pieces of about that size, cut
+between UTF-8 characters.
+
+Whatever is on disk, reading never raises and stays bounded (the job owner controls both the patterns and the
+files, so anything below is input, not an error):
+
+* a call reads at most ``max_bytes_per_file`` per file, ``max_bytes_per_call`` and ``max_lines_per_call`` in all
+  (a ``LogLine`` costs about 1.4 KB of memory, so a flood of short lines needs a cap of its own), files with the
+  least new data first (a rank's short traceback is not stuck behind another rank's flood);
+* globbing looks at no more than ``MAX_GLOB_ENTRIES`` directory entries and keeps at most ``MAX_FILES`` files;
+  ``**`` does not descend into symlinked directories (two links to ``.`` would otherwise make the walk
+  exponential); what is cut off is reported in ``LogTail.refused``;
+* only regular files are opened (a FIFO, a device or a socket is never opened, a directory is skipped), and a
+  file matched under several names (a symlinked directory, a hard link) is read under the first name only;
+* an optional ``LogAccess`` policy (``activities.logs.access``) refuses patterns and files outside the
+  configured roots or not owned by the job's user; refusals are reported in ``LogTail.refused``, never silent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import glob
 import os
 import re
@@ -47,13 +65,20 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from typing import NamedTuple
 
+from pydantic import field_validator
+
+from activities.logs.access import LogAccess
 from workflows.domain.base import Frozen
 
 __all__ = [
+    "DEFAULT_MAX_BYTES_PER_CALL",
     "DEFAULT_MAX_BYTES_PER_FILE",
+    "DEFAULT_MAX_LINES_PER_CALL",
     "LinePrefix",
     "LogLine",
     "LogTail",
+    "MAX_FILES",
+    "MAX_GLOB_ENTRIES",
     "Offsets",
     "expand_patterns",
     "positions",
@@ -65,10 +90,26 @@ Offsets = dict[str, int]
 """Byte offsets per path, plus fingerprint keys (see the module docstring)."""
 
 DEFAULT_MAX_BYTES_PER_FILE = 1 << 20
+# What one call may cost, measured with tracemalloc in tests/property/test_tail_bounds.py: the bytes (read, then
+# decoded) and about 1.4 KB per LogLine; together well under 32 MiB whatever the files hold. At a poll a second
+# that drains 4 MiB/s or 10k lines/s of backlog; what does not fit waits, nothing is dropped.
+DEFAULT_MAX_BYTES_PER_CALL = 4 << 20
+DEFAULT_MAX_LINES_PER_CALL = 10_000
+MAX_FILES = 10_000
+"""Files one ``LogTail`` reads at most; the offsets of more would not fit a Temporal heartbeat."""
+MAX_GLOB_ENTRIES = 100_000
+"""Directory entries one call's globbing looks at, at most (each listing counts as one more)."""
 _FP_PREFIX = "\x00crc:"
+_WAIT_PREFIX = "\x00wait:"
 # Enough bytes to tell two log files apart (timestamps, pids) while costing nothing to re-read every poll.
 _FP_WINDOW = 64
 _EOL = re.compile(rb"\r\n|\r|\n")
+# Larger numbers are not ranks: a rank fits in an int32, and int() of a long digit string is slow (Python caps
+# it at 4300 digits with a ValueError).
+_MAX_RANK_DIGITS = 9
+# srun: "if a value greater than 10 is used the result is padding up to 10 characters".
+_MAX_PAD = 10
+_JOB_ID = re.compile(r"[0-9A-Za-z_]+")
 
 _PLACEHOLDER = re.compile(r"%%|%(\d*)([A-Za-z])")
 _NAME_RANK = re.compile(r"(?<![a-z])(?<!local_)(?<!local-)rank[-_.]?(\d+)(?!\d)", re.IGNORECASE)
@@ -100,6 +141,12 @@ class LogLine(Frozen):
     """The line's own leading timestamp, tz-aware (UTC when the line gives no zone); None without one."""
     node: str | None = None
     """The node named by ``%N`` in the pattern that matched the file."""
+
+    @field_validator("at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        # Readers compare timestamps across lines; one naive datetime among aware ones would raise TypeError.
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 class LinePrefix(NamedTuple):
@@ -143,11 +190,15 @@ def split_prefix(text: str, *, parse_time: bool = True) -> LinePrefix:
 
 
 def rank_token(text: str) -> int | None:
-    """The rank named by the first ``rank=R``, ``[rank R]`` or ``rank R/W`` token in ``text``, else None."""
+    """The rank named by the first ``rank=R``, ``[rank R]`` or ``rank R/W`` token in ``text``, else None.
+
+    A token with an absurdly long number (more than nine digits) names no rank.
+    """
     m = _RANK_TOKEN.search(text)
     if m is None:
         return None
-    return int(m.group("a") or m.group("b") or m.group("c"))
+    digits = m.group("a") or m.group("b") or m.group("c")
+    return int(digits) if len(digits) <= _MAX_RANK_DIGITS else None
 
 
 def expand_patterns(patterns: Iterable[str], job_id: int | str) -> list[str]:
@@ -159,113 +210,234 @@ def expand_patterns(patterns: Iterable[str], job_id: int | str) -> list[str]:
 
     Returns:
         The patterns, in order, with the job id filled in. ``%%`` is kept, so ``LogTail`` still reads it as a
-        literal ``%``.
+        literal ``%``. Padding is capped at 10 digits, as srun caps it.
+
+    Raises:
+        ValueError: ``job_id`` is not a plain id (letters, digits, ``_``): it must not add path components.
     """
+    job = str(job_id)
+    if isinstance(job_id, bool) or not _JOB_ID.fullmatch(job):
+        raise ValueError(f"job_id must be a plain job id, got {job_id!r:.80}")
 
     def substitute(m: re.Match[str]) -> str:
         if m.group(0) != "%%" and m.group(2) == "j":
-            return str(job_id).zfill(int(m.group(1) or 0))
+            width = m.group(1).lstrip("0")
+            return job.zfill(_MAX_PAD if len(width) > 2 else min(int(width or 0), _MAX_PAD))
         return m.group(0)
 
     return [_PLACEHOLDER.sub(substitute, p) for p in patterns]
 
 
 def positions(offsets: Mapping[str, int]) -> dict[str, int]:
-    """``offsets`` without the fingerprint keys: just ``{path: byte offset}``."""
-    return {k: v for k, v in offsets.items() if not k.startswith(_FP_PREFIX)}
+    """``offsets`` without the fingerprint and wait keys: just ``{path: byte offset}``."""
+    return {k: v for k, v in offsets.items() if isinstance(k, str) and not k.startswith("\x00")}
 
 
 class _Pattern:
-    """One glob pattern with srun placeholders: the glob to list files, the regex to read rank and node back."""
+    """One glob pattern with srun placeholders: the glob to list files, the regex to read rank and node back.
+
+    The regex exists only when the pattern captures something (``%t``, ``%N``), and matching it takes
+    polynomial time whatever the pattern, which a job owner writes: a plain translation of ``*a*a*a*a``
+    backtracks exponentially on a file name that does not fit it (seconds for 200 characters, measured).
+    So, as in glob, each path component is matched on its own: the components before the first ``**`` and
+    after the last one are aligned with the path's first and last components, whatever lies between is
+    skipped (a capture there is not used), and inside a component a ``*`` followed by literal text and
+    another wildcard commits to the literal's first occurrence (an atomic group, as ``fnmatch`` does; a ``*``
+    cannot cross a ``/``, so a later occurrence could not match where the first one fails).
+    """
 
     def __init__(self, pattern: str) -> None:
+        if not isinstance(pattern, str):
+            raise TypeError(f"a log pattern must be a str, got {type(pattern).__name__}: {pattern!r:.80}")
         self.source = pattern
-        glob_parts: list[str] = []
-        regex_parts: list[str] = []
+        components = pattern.split("/")
+        deep = [i for i, c in enumerate(components) if c == "**"]
         seen: set[str] = set()
-        pos = 0
-        for m in _PLACEHOLDER.finditer(pattern):
-            glob_parts.append(pattern[pos : m.start()])
-            regex_parts.append(_glob_to_regex(pattern[pos : m.start()]))
-            pos = m.end()
-            if m.group(0) == "%%":
-                glob_parts.append("%")
-                regex_parts.append("%")
-                continue
-            glob_parts.append("*")
-            group = {"t": ("rank", r"\d+"), "N": ("node", r"[^/]+?")}.get(m.group(2))
-            if group is None:
-                regex_parts.append(r"[^/]*?")
-            elif group[0] in seen:
-                regex_parts.append(f"(?P={group[0]})")
-            else:
-                seen.add(group[0])
-                regex_parts.append(f"(?P<{group[0]}>{group[1]})")
-        glob_parts.append(pattern[pos:])
-        regex_parts.append(_glob_to_regex(pattern[pos:]))
-        self.glob = "".join(glob_parts)
+        globs: list[str] = []
+        regexes: list[str] = []
+        for i, component in enumerate(components):
+            between = bool(deep) and deep[0] <= i <= deep[-1]
+            glob_text, regex = _component(component, None if between else seen)
+            globs.append(glob_text)
+            regexes.append(regex)
+        self.glob = "/".join(globs)
         self.has_rank = "rank" in seen
-        try:
-            self.regex: re.Pattern[str] | None = re.compile("".join(regex_parts), re.DOTALL)
-        except re.error:
-            self.regex = None
+        if not deep:
+            full = "/".join(regexes)
+        else:
+            head, tail = "/".join(regexes[: deep[0]]), "/".join(regexes[deep[-1] + 1 :])
+            if deep[0] == 0:
+                full = f"(?:.*/)?{tail}" if deep[-1] + 1 < len(regexes) else ".*"
+            else:
+                full = head + (f"(?:/.*)?/{tail}" if deep[-1] + 1 < len(regexes) else "(?:/.*)?")
+        self.regex: re.Pattern[str] | None = None
+        if seen:
+            with contextlib.suppress(re.error):  # e.g. a reversed range "[z-a]": the file name must tell then
+                self.regex = re.compile(full, re.DOTALL)
 
     def identity(self, path: str) -> tuple[int | None, str | None]:
         """(rank, node) of ``path`` by the rules in the module docstring; either may be None."""
         m = self.regex.fullmatch(path) if self.regex is not None else None
         groups = m.groupdict() if m else {}
-        rank = int(groups["rank"]) if groups.get("rank") else None
+        digits = groups.get("rank")
+        rank = int(digits) if digits and len(digits) <= _MAX_RANK_DIGITS else None
         if rank is None and not self.has_rank:
             found = _NAME_RANK.search(os.path.basename(path))
-            rank = int(found.group(1)) if found else None
+            rank = int(found.group(1)) if found and len(found.group(1)) <= _MAX_RANK_DIGITS else None
         return rank, groups.get("node") or None
+
+
+def _component(component: str, seen: set[str] | None) -> tuple[str, str]:
+    """The glob and the regex of one path component of a pattern.
+
+    Args:
+        component: The text between two ``/``, srun placeholders and all.
+        seen: The captures made so far (updated); None where nothing may be captured (placeholders match
+            like ``*``).
+    """
+    if component == "**":
+        return "**", ".*"
+    glob_parts: list[str] = []
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    for m in _PLACEHOLDER.finditer(component):
+        glob_parts.append(component[pos : m.start()])
+        tokens += _glob_tokens(component[pos : m.start()])
+        pos = m.end()
+        if m.group(0) == "%%":
+            glob_parts.append("%")
+            tokens.append(("lit", "%"))
+            continue
+        glob_parts.append("*")
+        # A rank is a run of digits taken whole (possessive: nothing to backtrack into).
+        group = {"t": ("rank", r"\d++"), "N": ("node", r"[^/]+?")}.get(m.group(2)) if seen is not None else None
+        if group is None or seen is None:
+            tokens.append(("star", ""))
+        elif group[0] in seen:
+            tokens.append(("lit", f"(?P={group[0]})"))  # fixed text once captured
+        else:
+            seen.add(group[0])
+            tokens.append(("cap", f"(?P<{group[0]}>{group[1]})"))
+    glob_parts.append(component[pos:])
+    tokens += _glob_tokens(component[pos:])
+    return "".join(glob_parts), _assemble(tokens)
 
 
 class LogTail:
     """Reads what was appended to a set of log files since the offsets it is given.
 
-    The object holds no reading state (only the compiled patterns), so a restarted activity simply builds a new
-    one and passes the offsets it last heartbeated.
+    The object holds no reading state (only the compiled patterns, and ``refused``: the report of its last
+    call), so a restarted activity simply builds a new one and passes the offsets it last heartbeated.
 
     Args:
         patterns: Glob patterns with srun placeholders (module docstring); ``%j`` already expanded, see
             ``expand_patterns``. Recursive ``**`` is allowed.
+        access: The policy that says which patterns and files may be read; None reads whatever matches.
+
+    Raises:
+        TypeError: ``patterns`` is a single string, or holds something that is not a string.
     """
 
-    def __init__(self, patterns: Iterable[str]) -> None:
+    def __init__(self, patterns: Iterable[str], access: LogAccess | None = None) -> None:
+        if isinstance(patterns, str | bytes):
+            raise TypeError("patterns must be a collection of glob patterns, not a single string")
         self._patterns = tuple(_Pattern(p) for p in patterns)
+        self._access = access
+        self._refused: dict[str, str] = {}
 
     @property
     def patterns(self) -> tuple[str, ...]:
         return tuple(p.source for p in self._patterns)
 
+    @property
+    def refused(self) -> dict[str, str]:
+        """What the last ``paths``/``read_new`` call did not read, and why: ``{pattern or path: reason}``.
+
+        Patterns refused by the access policy or cut off by the glob limits, and matching files that were
+        refused by the policy, are not regular files, or could not be opened. Directories and files that
+        vanished meanwhile are not listed. A copy: the caller may keep it.
+        """
+        return dict(self._refused)
+
     def paths(self) -> list[str]:
         """The files matching the patterns now, sorted; an unreadable directory simply matches nothing."""
-        return sorted(self._matches())
+        matches, self._refused = self._matches()
+        return sorted(matches)
 
     def read_new(
-        self, offsets: Mapping[str, int], *, max_bytes_per_file: int = DEFAULT_MAX_BYTES_PER_FILE
+        self,
+        offsets: Mapping[str, int],
+        *,
+        max_bytes_per_file: int = DEFAULT_MAX_BYTES_PER_FILE,
+        max_bytes_per_call: int = DEFAULT_MAX_BYTES_PER_CALL,
+        max_lines_per_call: int = DEFAULT_MAX_LINES_PER_CALL,
     ) -> tuple[list[LogLine], Offsets]:
         """Read the complete lines appended since ``offsets``; never raises for missing or odd files.
 
         Args:
             offsets: What the previous call returned; ``{}`` to start every file at 0. Entries for files that
-                are gone or no longer match are carried over unchanged. Malformed values count as 0.
+                are gone, no longer match or are refused are carried over unchanged. Malformed values count
+                as 0.
             max_bytes_per_file: At most this many new bytes are read from each file per call; the rest waits
                 for the next call.
+            max_bytes_per_call: At most this many new bytes are read in all. Files are taken smallest backlog
+                first (a short traceback is not stuck behind a flood), but a file that had to wait last time
+                goes before all others, so none starves. A file is only read while its backlog or a whole
+                ``max_bytes_per_file`` still fits, so this limit never cuts a line short (the line waits).
+            max_lines_per_call: At most this many lines are returned; the rest wait, in the same order.
 
         Returns:
-            The new lines, by path then offset, and the offsets to pass next time (a new dict).
+            The new lines, by path then offset, and the offsets to pass next time (a new dict). What was not
+            read and why is in ``refused`` afterwards.
+
+        Raises:
+            TypeError: ``offsets`` is not a mapping, or a limit is not an integer (values below 1 count as 1).
         """
-        budget = max(1, int(max_bytes_per_file))
+        if not isinstance(offsets, Mapping):
+            raise TypeError(f"offsets must be a mapping of path to offset, got {type(offsets).__name__}")
+        per_file = _limit("max_bytes_per_file", max_bytes_per_file)
+        remaining = _limit("max_bytes_per_call", max_bytes_per_call)
+        lines_left = _limit("max_lines_per_call", max_lines_per_call)
+        per_file = min(per_file, remaining)
+        matches, refused = self._matches()
+        todo: list[tuple[bool, int, str, _Pattern, os.stat_result]] = []
+        files: set[tuple[int, int]] = set()
+        for path, pattern in sorted(matches.items()):
+            try:
+                info = self._inspect(path)
+            except _Skip as skip:
+                if skip.reason:
+                    refused[path] = skip.reason
+                continue
+            if (info.st_dev, info.st_ino) in files:
+                continue  # the same file by another name (``logs/latest -> run3``, a hard link): its lines once
+            files.add((info.st_dev, info.st_ino))
+            offset = _as_offset(offsets.get(path))
+            pending = info.st_size - offset if info.st_size >= offset else info.st_size
+            todo.append((_WAIT_PREFIX + path not in offsets, pending, path, pattern, info))
+
+        chunks: dict[str, tuple[_Pattern, _Chunk]] = {}
+        waiting: list[str] = []
+        for _, pending, path, pattern, info in sorted(todo, key=lambda item: item[:3]):
+            budget = min(per_file, remaining)
+            if (budget < per_file and budget < pending) or not lines_left:
+                waiting.append(path)  # more than is left of this call's budget: first in line next call
+                continue
+            fingerprint = offsets.get(_FP_PREFIX + path)
+            try:
+                chunk = self._read(path, info, _as_offset(offsets.get(path)), fingerprint, budget, per_file, lines_left)
+            except _Skip as skip:
+                if skip.reason:
+                    refused[path] = skip.reason
+                continue
+            remaining -= chunk.read
+            lines_left -= len(chunk.lines)
+            chunks[path] = (pattern, chunk)
+
         new_offsets: Offsets = dict(offsets)
         lines: list[LogLine] = []
-        for path, pattern in sorted(self._matches().items()):
-            offset = _as_offset(offsets.get(path))
-            fingerprint = offsets.get(_FP_PREFIX + path)
-            chunk = _read(path, offset, fingerprint if isinstance(fingerprint, int) else None, budget)
-            if chunk is None:
-                continue
+        for path in sorted(chunks):
+            pattern, chunk = chunks[path]
             rank, node = pattern.identity(path)
             for line_offset, raw in chunk.lines:
                 lines.append(_make_line(path, rank, node, line_offset, raw))
@@ -274,69 +446,257 @@ class LogTail:
                 new_offsets[_FP_PREFIX + path] = chunk.fingerprint
             else:
                 new_offsets.pop(_FP_PREFIX + path, None)
+            new_offsets.pop(_WAIT_PREFIX + path, None)
+        for path in waiting:
+            new_offsets[_WAIT_PREFIX + path] = 1
+        self._refused = refused
         return lines, new_offsets
 
-    def _matches(self) -> dict[str, _Pattern]:
+    def _matches(self) -> tuple[dict[str, _Pattern], dict[str, str]]:
         found: dict[str, _Pattern] = {}
+        refused: dict[str, str] = {}
+        budget = _GlobBudget()
         for pattern in self._patterns:
-            try:
-                paths = glob.glob(pattern.glob, recursive=True)
-            except (OSError, ValueError):
-                continue  # e.g. a NUL byte in the pattern: nothing can match it
-            for path in paths:
+            reason = self._access.check_pattern(pattern.glob) if self._access is not None else None
+            if reason is None and budget.exhausted:
+                reason = budget.exhausted
+            if reason is not None:
+                refused[pattern.source] = reason
+                continue
+            for path in _glob(pattern.glob, budget):
+                if path not in found and len(found) >= MAX_FILES:
+                    budget.exhausted = f"more than {MAX_FILES} files match; the others are not read"
+                    break
                 found.setdefault(path, pattern)  # the first pattern that names a file says what it is
-        return found
+            if budget.exhausted:
+                refused[pattern.source] = budget.exhausted
+        return found, refused
+
+    def _inspect(self, path: str) -> os.stat_result:
+        """The ``stat`` of the regular file ``path``, checked against the policy before anything opens it."""
+        reason = self._access.check_path(path) if self._access is not None else None
+        if reason is not None:
+            raise _Skip(reason)
+        try:
+            info = os.stat(path)
+        except FileNotFoundError as e:
+            # Gone since it was listed (no report), or a symlink to nothing (worth saying).
+            raise _Skip(f"cannot read: {e.strerror} (dangling symlink)" if os.path.islink(path) else None) from e
+        except OSError as e:
+            raise _Skip(f"cannot read: {e.strerror or e}") from e
+        except ValueError as e:
+            raise _Skip(None) from e
+        if stat.S_ISDIR(info.st_mode):
+            raise _Skip(None)  # a glob naturally matches directories too
+        if not stat.S_ISREG(info.st_mode):
+            # Never opened: opening a FIFO or a device can block or act (a watchdog device arms on open).
+            raise _Skip(f"not a regular file ({_kind(info.st_mode)})")
+        reason = self._access.check_owner(info.st_uid) if self._access is not None else None
+        if reason is not None:
+            raise _Skip(reason)
+        return info
+
+    def _read(
+        self, path: str, info: os.stat_result, offset: int, fingerprint: object, budget: int, piece: int, count: int
+    ) -> _Chunk:
+        """The complete lines of ``path`` after ``offset``, restarting at 0 if the file is not the one we read."""
+        try:
+            # O_NONBLOCK: should a FIFO replace the file after _inspect, opening it must still not block.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except FileNotFoundError as e:
+            raise _Skip(None) from e
+        except OSError as e:
+            raise _Skip(f"cannot open: {e.strerror or e}") from e
+        try:
+            opened = os.fstat(fd)
+            if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
+                raise _Skip("replaced while it was being opened; read again next time")
+            reason = self._access.check_fd(fd, opened.st_uid) if self._access is not None else None
+            if reason is not None:
+                raise _Skip(reason)
+            known = fingerprint if isinstance(fingerprint, int) else None
+            return _read_fd(fd, opened.st_size, offset, known, budget, piece, count)
+        except OSError as e:
+            raise _Skip(f"cannot read: {e.strerror or e}") from e
+        finally:
+            os.close(fd)
+
+
+class _Skip(Exception):
+    """A matching file that is not read this time; ``reason`` None when there is nothing worth reporting."""
+
+    def __init__(self, reason: str | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class _Chunk(NamedTuple):
     lines: list[tuple[int, bytes]]
     offset: int
     fingerprint: int
+    read: int
+    """New bytes read (past the offset, or from 0 after a reset), what the call's budget counts."""
 
 
-def _read(path: str, offset: int, fingerprint: int | None, budget: int) -> _Chunk | None:
-    """The complete lines of ``path`` after ``offset``, restarting at 0 if the file is not the one we read."""
-    try:
-        # O_NONBLOCK: a FIFO that matches a pattern must not block the activity; it is then skipped as non-regular.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (OSError, ValueError):
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        if offset > info.st_size:
-            offset, fingerprint = 0, None
-        base = max(0, offset - _FP_WINDOW)
-        data = os.pread(fd, budget + offset - base, base)
-        if offset and fingerprint is not None:
-            before = data[: offset - base]
-            if len(before) != offset - base or zlib.crc32(before) != fingerprint:
-                offset = base = 0
-                data = os.pread(fd, budget, 0)
-        return _split(data, base, offset, budget)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+def _read_fd(fd: int, size: int, offset: int, fingerprint: int | None, budget: int, piece: int, count: int) -> _Chunk:
+    if offset > size:
+        offset, fingerprint = 0, None
+    base = max(0, offset - _FP_WINDOW)
+    # Never ask for more than the file has: pread allocates the whole request up front.
+    data = os.pread(fd, min(budget + offset - base, size - base), base)
+    if offset and fingerprint is not None:
+        before = data[: offset - base]
+        if len(before) != offset - base or zlib.crc32(before) != fingerprint:
+            offset = base = 0
+            del data, before  # not twice the budget in memory
+            data = os.pread(fd, min(budget, size), 0)
+    return _split(data, base, offset, piece, count)
 
 
-def _split(data: bytes, base: int, offset: int, budget: int) -> _Chunk:
-    """Cut ``data`` (file bytes from ``base``; new ones from ``offset``) into complete lines."""
+def _split(data: bytes, base: int, offset: int, piece: int, count: int) -> _Chunk:
+    """Cut ``data`` (file bytes from ``base``; new ones from ``offset``) into at most ``count`` complete lines.
+
+    A line of ``piece`` bytes or more with no end in sight is handed over in pieces rather than never advancing.
+    """
     start = pos = offset - base
     lines: list[tuple[int, bytes]] = []
     for m in _EOL.finditer(data, start):
         if m.end() == len(data) and m.group() == b"\r":
             break  # maybe the first half of a \r\n: decide when the next byte is there
         if m.start() > pos:
+            if len(lines) >= count:
+                break
             lines.append((base + pos, data[pos : m.start()]))
         pos = m.end()
-    if pos == start and len(data) - start >= budget:
-        # One line longer than the whole budget: hand it over in pieces rather than never advancing.
-        lines.append((base + start, data[start:].rstrip(b"\r")))
-        pos = len(data)
+    if pos == start and len(data) - start >= piece:
+        end = _utf8_boundary(data, start, len(data))
+        if end == len(data):
+            lines.append((base + start, data[start:].rstrip(b"\r")))
+        else:
+            lines.append((base + start, data[start:end]))
+        pos = end
     window = data[max(0, base + pos - _FP_WINDOW) - base : pos]
-    return _Chunk(lines, base + pos, zlib.crc32(window))
+    return _Chunk(lines, base + pos, zlib.crc32(window), len(data) - start)
+
+
+def _utf8_boundary(data: bytes, start: int, end: int) -> int:
+    """``end``, or the start of a UTF-8 sequence that ``data[:end]`` cuts in half, if the piece keeps a byte."""
+    for back in range(1, min(4, end - start) + 1):
+        byte = data[end - back]
+        if byte & 0xC0 == 0x80:
+            continue  # a continuation byte: its lead is further back
+        if byte >= 0xC0 and (2 if byte < 0xE0 else 3 if byte < 0xF0 else 4) > back and end - back > start:
+            return end - back
+        break
+    return end
+
+
+class _GlobBudget:
+    """How much more one call's globbing may look at; ``exhausted`` says why it stopped, once it has."""
+
+    def __init__(self) -> None:
+        self.entries = MAX_GLOB_ENTRIES
+        self.exhausted: str | None = None
+
+    def listdir(self, directory: str) -> list[os.DirEntry[str]]:
+        """The entries of ``directory`` (nothing if it cannot be listed), counted against the budget."""
+        out: list[os.DirEntry[str]] = []
+        if self.exhausted:
+            return out
+        self.entries -= 1
+        try:
+            with os.scandir(directory or ".") as it:
+                for entry in it:
+                    if self.entries <= 0:
+                        self.exhausted = (
+                            f"the patterns reach more than {MAX_GLOB_ENTRIES} directory entries; the rest are not read"
+                        )
+                        break
+                    self.entries -= 1
+                    out.append(entry)
+        except (OSError, ValueError):
+            pass
+        return out
+
+
+def _glob(pattern: str, budget: _GlobBudget) -> list[str]:
+    """``glob.glob(pattern, recursive=True)``, within ``budget``, and with ``**`` not following symlinks.
+
+    Like glob: ``*``/``?``/``[...]`` never match a leading ``.``; ``**`` as a whole component matches any number
+    of directories. Unlike glob, ``**`` looks into a symlinked directory but does not walk below it.
+    """
+    parts = pattern.split("/")
+    current = ["/"] if pattern.startswith("/") else [""]
+    parts = [p for p in parts if p]
+    if not parts:
+        return []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        found: list[str] = []
+        for directory in current:
+            if part == "**":
+                found += _descend(directory, budget, files=last)
+            elif glob.has_magic(part):
+                hidden_ok = part.startswith(".")
+                for entry in budget.listdir(directory):
+                    if entry.name.startswith(".") and not hidden_ok:
+                        continue
+                    if fnmatch.fnmatchcase(entry.name, part) and (last or _is_dir(entry)):
+                        found.append(os.path.join(directory, entry.name))
+            else:
+                path = os.path.join(directory, part)
+                if os.path.lexists(path) if last else os.path.isdir(path):
+                    found.append(path)
+            if budget.exhausted:
+                break
+        current = found
+        if not current or (budget.exhausted and not last):
+            return []  # a cut-off walk's directories are not matches
+    return current
+
+
+def _descend(top: str, budget: _GlobBudget, *, files: bool) -> list[str]:
+    """``top`` and every non-hidden directory below it (and files, with ``files``), not walking symlinks."""
+    out = [top] if top else []
+    stack = [top]
+    while stack and not budget.exhausted:
+        directory = stack.pop()
+        for entry in budget.listdir(directory):
+            if entry.name.startswith("."):
+                continue
+            path = os.path.join(directory, entry.name)
+            if _is_dir(entry):
+                out.append(path)
+                if not entry.is_symlink():
+                    stack.append(path)
+            elif files:
+                out.append(path)
+    return out
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "fifo"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def _limit(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}: {value!r:.80}")
+    return max(1, value)
 
 
 def _make_line(path: str, file_rank: int | None, node: str | None, offset: int, raw: bytes) -> LogLine:
@@ -377,20 +737,18 @@ def _parse_timestamp(m: re.Match[str]) -> datetime | None:
         return None  # 2026-13-45 is not a timestamp: leave the text as it is
 
 
-def _glob_to_regex(text: str) -> str:
-    """Regex for the glob syntax in ``text``: ``*`` and ``?`` stop at ``/``, ``**`` does not, ``[...]`` sets."""
-    out: list[str] = []
+def _glob_tokens(text: str) -> list[tuple[str, str]]:
+    """Regex tokens for the glob syntax in ``text`` (one path component): ``star`` for ``*`` (and ``**`` inside
+    a component, as glob reads it), fixed-width ``lit`` tokens for characters, ``?`` and ``[...]`` sets."""
+    out: list[tuple[str, str]] = []
     i = 0
     while i < len(text):
         ch = text[i]
         if ch == "*":
-            if text.startswith("**", i):
-                out.append(".*")
-                i += 2
-                continue
-            out.append(r"[^/]*")
+            if not out or out[-1][0] != "star":
+                out.append(("star", ""))
         elif ch == "?":
-            out.append(r"[^/]")
+            out.append(("lit", r"[^/]"))
         elif ch == "[":
             j = i + 1
             if j < len(text) and text[j] == "!":
@@ -399,12 +757,48 @@ def _glob_to_regex(text: str) -> str:
                 j += 1
             j = text.find("]", j)
             if j < 0:
-                out.append(re.escape(ch))
+                out.append(("lit", re.escape(ch)))
             else:
-                body = text[i + 1 : j].replace("\\", "\\\\")
-                out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+                out.append(("lit", _char_set(text[i + 1 : j])))
                 i = j
         else:
-            out.append(re.escape(ch))
+            out.append(("lit", re.escape(ch)))
         i += 1
+    return out
+
+
+def _char_set(body: str) -> str:
+    """A glob ``[...]`` body as a regex set: ``!`` negates, ``-`` makes ranges, everything else is literal."""
+    negate = body.startswith("!")
+    if negate:
+        body = body[1:]
+    chars = "".join("\\" + c if c in "\\^[]&~|" else c for c in body)
+    chars = re.sub(r"-{2,}", lambda m: "\\-" * len(m.group()), chars)  # "--" would be a set operation
+    return "[^/" + chars + "]" if negate else "[" + chars + "]"
+
+
+def _assemble(tokens: list[tuple[str, str]]) -> str:
+    """The regex of one component's tokens (``_glob_tokens`` plus captures); see ``_Pattern`` for the atomic groups."""
+    out: list[str] = []
+    i, n = 0, len(tokens)
+    while i < n:
+        kind, regex = tokens[i]
+        if kind != "star":
+            out.append(regex)
+            i += 1
+            continue
+        j = i
+        while j < n and tokens[j][0] == "star":
+            j += 1
+        k = j
+        while k < n and tokens[k][0] == "lit":
+            k += 1
+        literal = "".join(regex for _, regex in tokens[j:k])
+        if k == n:
+            out.append(f"[^/]*{literal}")
+        elif tokens[k][0] == "star":
+            out.append(f"(?>[^/]*?{literal})")  # the literal's first occurrence: nothing to retry later
+        else:
+            out.append(f"[^/]*?{literal}")  # before a capture, which may need it to give back
+        i = k
     return "".join(out)

@@ -48,6 +48,9 @@ __all__ = [
 # Slurm's NO_VAL (0xfffffffe) and INFINITE (0xffffffff) are "no time", not dates in 2106.
 _NO_TIME = 0xFFFFFFFE
 _OUTPUT_PATTERN = re.compile(r"%(\d*)([%AajuxN])")
+_MAX_PAD = 10
+# uid_t's NO_VAL/INFINITE ("no user"); Slurm never gives a real user these.
+_NO_UID = 0xFFFFFFFE
 
 
 def load_payload(raw: bytes | str, *, source: str) -> dict[str, object]:
@@ -127,6 +130,7 @@ def parse_job(item: object, *, source: str = "squeue --json") -> SlurmJob:
         job_id=job_id,
         name=name,
         user=user,
+        user_id=_uid(f.number("user_id")),
         partition=f.text("partition"),
         state=state,
         state_reason="" if reason == "None" else reason,
@@ -271,7 +275,10 @@ def expand_output_path(
                 return "%"
             if code in numbers:
                 number = numbers[code]
-                return match.group(0) if number is None else str(number).zfill(int(width or 0))
+                # Slurm pads to 10 at most; the job owner writes the width (%99999999999j must not crash or eat RAM).
+                digits = width.lstrip("0")
+                pad = _MAX_PAD if len(digits) > 2 else min(int(digits or 0), _MAX_PAD)
+                return match.group(0) if number is None else str(number).zfill(pad)
             text = {"x": name, "u": user, "N": batch_host}[code]
             return text or match.group(0)
 
@@ -353,6 +360,10 @@ def _plain_number(value: object) -> int | None:
     if isinstance(value, Mapping) and value.get("set", True) and not value.get("infinite", False):
         return _plain_number(value.get("number"))
     return None
+
+
+def _uid(value: int | None) -> int | None:
+    return value if value is not None and 0 <= value < _NO_UID else None
 
 
 def _is_unset_number(value: object) -> bool:

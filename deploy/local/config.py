@@ -20,6 +20,9 @@ class LabConfig(BaseSettings):
     nodes: int = Field(4, ge=1, le=64, description="Slurm nodes n1..nN, one slurmd each, all on this host.")
     cpus_per_node: int = Field(4, ge=1)
     gpus_per_node: int = Field(4, ge=0, le=8)
+    hang_floor_s: float = Field(
+        8.0, gt=0, description="Shortest hang window of the lab's worker (its demo steps take ~0.2 s)."
+    )
     memory_mb: int = Field(4000, ge=100)
     slurmctld_port: int = Field(6817, ge=1024, le=65535)
     slurmd_port_base: int = Field(17001, ge=1024, le=65000)

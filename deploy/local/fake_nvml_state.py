@@ -7,6 +7,7 @@ so appending a line changes what the next NVML call sees. Grammar (one directive
     driver 550.54.15
     count 4
     gpu 3 temp 91                 # and util/mem_used/power_mw/ecc_*/clocks_event/retired_pending/remap/...
+    gpu 3 retired_sbe 4           # pages retired per cause (retired_dbe too); sm_clock / sm_clock_max in MHz
     gpu 3 lost 1                  # every per-device call then returns NVML_ERROR_GPU_IS_LOST
     xid 3 79                      # event log: an XID critical error on GPU 3
 """

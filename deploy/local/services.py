@@ -30,6 +30,10 @@ class ReboundServices:
             REBOUND_TEMPORAL__NAMESPACE=self.cfg.temporal_namespace,
             REBOUND_SLURM__SLURM_CONF=str(self.lay.slurm_conf),
             SLURM_CONF=str(self.lay.slurm_conf),
+            # The demo's steps take ~0.2 s: a hang window floor of a minute (the production default, for steps of
+            # seconds) would make a hang wait a minute; 8 s still sits far above the lab's worst pauses (~2 s).
+            REBOUND_DETECTION__HANG__FLOOR_S=str(self.cfg.hang_floor_s),
+            REBOUND_DETECTION__HANG__STARTUP_S="120",
         )
 
     def agent_env(self, node: str) -> dict[str, str]:

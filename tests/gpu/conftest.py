@@ -21,6 +21,7 @@ import pytest
 from activities.gpu.nvml import NvmlSource
 from deploy.local.fake_nvml import build_fake_nvml
 from deploy.local.fake_nvml_state import write_initial_state
+from tests.gpu.exporter import Exporter, running_exporter
 
 HOST = "n1"
 GPU_COUNT = 4
@@ -90,6 +91,13 @@ def source(fake_nvml: FakeNvml) -> Iterator[NvmlSource]:
     yield src
     src.close()
     fake_nvml.assert_balanced()
+
+
+@pytest.fixture
+def exporter() -> Iterator[Exporter]:
+    """A stand-in dcgm-exporter on a free 127.0.0.1 port, serving nothing until the test says what."""
+    with running_exporter() as running:
+        yield running
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0, what: str = "condition") -> None:

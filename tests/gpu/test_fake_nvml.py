@@ -105,6 +105,38 @@ def test_telemetry_fields_follow_the_state(nvml: object, fake_nvml: FakeNvml) ->
     assert pynvml.nvmlDeviceGetTemperature(pynvml.nvmlDeviceGetHandleByIndex(0), 0) == 40  # others untouched
 
 
+def test_retired_pages_by_cause_through_both_pynvml_wrappers(nvml: object, fake_nvml: FakeNvml) -> None:
+    fake_nvml.append("gpu 1 retired_sbe 3", "gpu 1 retired_dbe 1")
+    sbe = pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+    dbe = pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+    h1 = pynvml.nvmlDeviceGetHandleByIndex(1)
+    # pynvml asks for the size first (count 0, no buffer: INSUFFICIENT_SIZE with the count), then fills a buffer.
+    pages = pynvml.nvmlDeviceGetRetiredPages(h1, sbe)
+    assert len(pages) == 3 and len(set(pages)) == 3
+    assert fake_nvml.count("nvmlDeviceGetRetiredPages gpu=1 rc=7") == 1  # 7 = NVML_ERROR_INSUFFICIENT_SIZE
+    assert fake_nvml.count("nvmlDeviceGetRetiredPages gpu=1 rc=0") == 1
+    assert not set(pages) & set(pynvml.nvmlDeviceGetRetiredPages(h1, dbe))
+    v2 = pynvml.nvmlDeviceGetRetiredPages_v2(h1, dbe)
+    assert [sorted(p) for p in v2] == [["address", "timestamp"]] and v2[0]["timestamp"] > 0
+    assert pynvml.nvmlDeviceGetRetiredPages(pynvml.nvmlDeviceGetHandleByIndex(0), sbe) == []  # size query: SUCCESS
+    fake_nvml.append("gpu 0 retired_sbe 513")  # more than any GPU can retire: a typo, not a state
+    with pytest.raises(pynvml.NVMLError_Unknown):
+        pynvml.nvmlDeviceGetCount()
+
+
+def test_sm_clock_and_max_clock(nvml: object, fake_nvml: FakeNvml) -> None:
+    h = pynvml.nvmlDeviceGetHandleByIndex(2)
+    assert pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) == 1980
+    assert pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM) == 1980
+    fake_nvml.append("gpu 2 sm_clock 1275", "gpu 2 sm_clock_max 1830")
+    assert pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) == 1275
+    assert pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_GRAPHICS) == 1275
+    assert pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM) == 1830
+    assert pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM) == 2619
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_COUNT)
+
+
 def test_lost_gpu_fails_every_call_including_handle_and_index(nvml: object, fake_nvml: FakeNvml) -> None:
     handle = pynvml.nvmlDeviceGetHandleByIndex(2)
     fake_nvml.append("gpu 2 lost 1")

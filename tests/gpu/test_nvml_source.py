@@ -36,6 +36,10 @@ def test_sample_reads_every_field(source: NvmlSource, fake_nvml: FakeNvml) -> No
         "gpu 3 nvlink 5 crc_flit 7",
         "gpu 3 nvlink 17 crc_data 3",
         "gpu 3 nvlink 5 replay 100",  # not a CRC counter: not summed
+        "gpu 3 retired_sbe 4",
+        "gpu 3 retired_dbe 2",
+        "gpu 3 sm_clock 1275",
+        "gpu 3 sm_clock_max 1980",
     )
     source.open()
     samples = source.sample()
@@ -59,6 +63,9 @@ def test_sample_reads_every_field(source: NvmlSource, fake_nvml: FakeNvml) -> No
         False,
     )
     assert (s.clocks_event_reasons, s.pcie_replay_count, s.nvlink_crc_errors) == (0x40, 12, 10)
+    assert (s.retired_pages_sbe, s.retired_pages_dbe, s.sm_clock_mhz, s.sm_clock_max_mhz) == (4, 2, 1275, 1980)
+    assert s.memory_free_bytes == 85520809984 - (1 << 30)
+    assert s.observed_at is not None and s.observed_at.tzinfo is not None and (s.last_xid, s.missing) == (None, False)
     assert (s.lost, s.unsupported, s.errors) == (False, (), ())
     assert samples[0].temperature_c == 40 and samples[0].ecc_uncorrected_volatile == 0
     assert source.driver_version() == "550.54.15"
@@ -69,6 +76,7 @@ def test_not_supported_and_errors_are_recorded_not_raised(source: NvmlSource, fa
     fake_nvml.append(
         "gpu 1 nvlinks 0",
         "gpu 1 fail nvmlDeviceGetRemappedRows 3",  # 3 = NOT_SUPPORTED (no row remapper, e.g. before Ampere)
+        "gpu 1 fail nvmlDeviceGetRetiredPages 3",  # and no page retirement (Ampere and later remap rows instead)
         "gpu 1 fail nvmlDeviceGetPowerUsage 999",
         "gpu 1 temp 77",
     )
@@ -80,6 +88,8 @@ def test_not_supported_and_errors_are_recorded_not_raised(source: NvmlSource, fa
         "remapped_rows_uncorrectable",
         "remap_pending",
         "remap_failure",
+        "retired_pages_sbe",
+        "retired_pages_dbe",
     }
     assert s.errors == ("power_mw: Unknown Error (NVML error 999)",)
     assert (s.power_mw, s.remap_failure, s.nvlink_crc_errors) == (None, None, None)

@@ -6,4 +6,5 @@ from pydantic import BaseModel, ConfigDict
 class Frozen(BaseModel):
     """Immutable, strict about unknown fields: what crosses a Temporal boundary must not drift silently."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Attribute docstrings become field descriptions: settings built from these models document themselves.
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)

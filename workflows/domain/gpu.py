@@ -22,12 +22,20 @@ class GpuSample(Frozen):
     utilization_mem_pct: int | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
+    memory_free_bytes: int | None = None
     power_mw: int | None = None
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    """The SM clock's maximum: a clock far below it while the GPU is busy and throttled shows what is withheld."""
     ecc_uncorrected_volatile: int | None = None
     ecc_corrected_volatile: int | None = None
     ecc_uncorrected_aggregate: int | None = None
     ecc_corrected_aggregate: int | None = None
     retired_pages_pending: bool | None = None
+    retired_pages_sbe: int | None = None
+    """Pages retired for repeated single-bit errors (page retirement: before Ampere; later GPUs remap rows)."""
+    retired_pages_dbe: int | None = None
+    """Pages retired for double-bit errors."""
     remapped_rows_correctable: int | None = None
     remapped_rows_uncorrectable: int | None = None
     remap_pending: bool | None = None
@@ -36,6 +44,12 @@ class GpuSample(Frozen):
     pcie_replay_count: int | None = None
     nvlink_crc_errors: int | None = None
     """CRC flit plus CRC data errors, summed over the active NVLinks."""
+    last_xid: int | None = None
+    """DCGM only: the exporter's XID gauge, the LAST XID the GPU raised (0: none). Not an event: see GpuEvent."""
+    missing: bool = False
+    """The source listed this GPU before and does not any more (DCGM: gone from the exporter page)."""
+    observed_at: datetime | None = None
+    """When the source read the fields; two samples' times turn counter growth into a rate."""
     unsupported: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     """Fields whose read failed for another reason, as ``field: error``."""
@@ -102,3 +116,126 @@ class NodeGpuHealthResult(Frozen):
     agent_reachable: bool
     report: GpuHealthReport | None = None
     error: str = ""
+
+
+class XidCatalogEntry(Frozen):
+    """One row of NVIDIA's XID catalogue (``activities/logs/xid_catalog.tsv``, read by ``activities.gpu.xid_catalog``).
+
+    ``action`` is NVIDIA's immediate action ("resolution bucket": ``RESTART_APP``, ``RESET_GPU``, ``RESTART_BM``,
+    ``IGNORE``, ``CONTACT_SUPPORT``, ``WORKFLOW_XID_48`` ...); ``-`` where the catalogue gives none.
+    """
+
+    xid: int
+    mnemonic: str
+    meaning: str
+    action: str
+    nvsentinel_action: str = "-"
+    severity: str = "-"
+    """NVSentinel's ``FATAL``/``NONFATAL``, or ``-``."""
+    recommended_action: str = ""
+
+
+class XidCatalog(Frozen):
+    """The whole catalogue as data, so pure policy (and workflows) can use it without reading a file."""
+
+    entries: tuple[XidCatalogEntry, ...] = ()
+    version: str = ""
+    """Where the table came from (file name and row count), for the record."""
+
+    def get(self, xid: int) -> XidCatalogEntry | None:
+        """The entry for ``xid``, or None for an XID the catalogue does not list."""
+        return next((e for e in self.entries if e.xid == xid), None)
+
+
+class GpuHealthStatus(StrEnum):
+    """How a GPU (or a node: its worst GPU) is doing."""
+
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    """Working, but a signal is worth watching (or the job on it should restart)."""
+    FAILED = "failed"
+    """Must not run work until reset, rebooted or replaced."""
+
+
+class GpuAction(StrEnum):
+    """What to do about it, mildest first; a node's action is its GPUs' strongest."""
+
+    NONE = "none"
+    WATCH = "watch"
+    RESTART_JOB = "restart_job"
+    """The GPU is fine; the job that saw the error must restart (catalogue ``RESTART_APP``)."""
+    RESET_GPU = "reset_gpu"
+    """Drain the node, reset the GPU (``nvidia-smi -r``), return the node."""
+    DRAIN_NODE = "drain_node"
+    """Drain and keep out: reboot, diagnostics, RMA (a human decides)."""
+
+    @property
+    def rank(self) -> int:
+        """Strength, for taking the strongest of several actions."""
+        return _ACTION_RANK[self]
+
+
+_ACTION_RANK = {action: rank for rank, action in enumerate(GpuAction)}
+
+
+class GpuHealthFinding(Frozen):
+    """One rule that fired for one GPU: the evidence behind a verdict, with a sentence a person can act on."""
+
+    rule: str
+    """Stable rule id (``ecc_dbe_volatile``, ``xid``, ``thermal_throttle`` ...): match on this, not on the text."""
+    status: GpuHealthStatus
+    action: GpuAction
+    reason: str
+    """Human-readable: names the field and its value, or the XID and its catalogue meaning."""
+    field: str = ""
+    """The ``GpuSample`` field the rule read; empty for event rules."""
+    value: str = ""
+    previous: str = ""
+    """The previous sample's value, for growth rules."""
+    xid: int | None = None
+    event: GpuEvent | None = None
+
+
+class GpuVerdict(Frozen):
+    """One GPU's verdict: the worst of its findings (HEALTHY with no findings when nothing fired)."""
+
+    host: str
+    index: int | None = None
+    uuid: str = ""
+    pci_bus_id: str = ""
+    status: GpuHealthStatus = GpuHealthStatus.HEALTHY
+    action: GpuAction = GpuAction.NONE
+    reasons: tuple[str, ...] = ()
+    findings: tuple[GpuHealthFinding, ...] = ()
+
+
+class NodeGpuVerdict(Frozen):
+    """One node's verdict: its worst GPU, plus findings about the node itself (source down, unknown GPU)."""
+
+    host: str
+    status: GpuHealthStatus = GpuHealthStatus.HEALTHY
+    action: GpuAction = GpuAction.NONE
+    reasons: tuple[str, ...] = ()
+    gpus: tuple[GpuVerdict, ...] = ()
+    findings: tuple[GpuHealthFinding, ...] = ()
+    """Node-level findings only (no GPU to pin them on); the GPUs' own are in ``gpus``."""
+    source: str = ""
+
+
+class DcgmScrapeNodeInput(Frozen):
+    """Input of the ``dcgm_scrape_node`` activity: one node's dcgm-exporter, diffed against the previous scrape."""
+
+    node: str
+    url: str = ""
+    """The exporter's metrics URL; empty: ``gpu.dcgm_url_template`` with ``{node}`` filled in."""
+    previous: tuple[GpuSample, ...] = ()
+    """The last result's ``next_previous`` (empty on the first scrape): XIDs and vanished GPUs are found by diffing."""
+
+
+class DcgmScrapeNodeResult(Frozen):
+    """The scrape as a report, its verdict, and the state to pass as ``previous`` next time."""
+
+    report: GpuHealthReport
+    verdict: NodeGpuVerdict
+    next_previous: tuple[GpuSample, ...] = ()
+    """This scrape's samples (the input's ``previous`` again when the exporter could not be read)."""

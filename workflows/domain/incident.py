@@ -9,6 +9,9 @@ from pydantic import Field
 
 from workflows.domain.base import Frozen
 from workflows.domain.gpu import GpuEvent
+from workflows.domain.procs import RankProcess, RankStack
+from workflows.policy.hang import HangVerdict
+from workflows.policy.straggler import StragglerVerdict
 
 
 class EvidenceSource(StrEnum):
@@ -39,6 +42,10 @@ class AnomalyKind(StrEnum):
     """One of the job's nodes is DOWN or NOT_RESPONDING, or Slurm ended/requeued the job for a node failure."""
     JOB_FAILED = "job_failed"
     """The scheduler says the job ended abnormally, and nothing more specific was seen yet."""
+    HANG = "hang"
+    """No rank made progress (step lines, heartbeat files) for the job's hang window."""
+    STRAGGLER = "straggler"
+    """A rank (and its node) persistently slower than its peers: the job runs, but at the straggler's pace."""
 
 
 class Anomaly(Frozen):
@@ -117,6 +124,16 @@ class Incident(Frozen):
     """When the job logged a training step after loading its checkpoint."""
     resumed_from: str = ""
     outcome: str = ""
+    hang: HangVerdict | None = None
+    """For a hang: the window, who went silent first, the silence per rank."""
+    stragglers: StragglerVerdict | None = None
+    """For a straggler: the slow ranks and nodes, by how much, against which threshold."""
+    stacks: tuple[RankStack, ...] = ()
+    """Every rank's stack, dumped before the hung job was killed (bounded text per rank)."""
+    processes: tuple[RankProcess, ...] = ()
+    """The ranks' processes (state, CPU time, wait channel) when the hang was confirmed."""
+    odd_ranks: tuple[int, ...] = ()
+    """Ranks whose stack differs from the majority's: the likely culprits of a hang."""
 
     @property
     def recovery_action_s(self) -> float | None:

@@ -10,7 +10,12 @@ from pydantic import Field
 from workflows.domain.base import Frozen
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.incident import Anomaly, Attribution, LogFinding
+from workflows.domain.procs import RankProcess
+from workflows.domain.progress import ProgressState
+from workflows.domain.recovery import StragglerAction
 from workflows.domain.slurm import JobState, SlurmJob
+from workflows.policy.hang import HangPolicy, HangVerdict
+from workflows.policy.straggler import StragglerPolicy, StragglerVerdict
 
 
 class JobWatchInput(Frozen):
@@ -22,6 +27,15 @@ class JobWatchInput(Frozen):
     poll_interval_s: float = Field(1.0, gt=0)
     last_state: JobState | None = None
     last_restart_count: int = 0
+    heartbeat_patterns: tuple[str, ...] = ()
+    """Files the ranks touch while alive (``%j`` = job id): a newer mtime counts as progress."""
+    progress: ProgressState | None = None
+    """What the previous watch learned about the ranks' progress; None starts afresh."""
+    hang: HangPolicy = HangPolicy()
+    stragglers: StragglerPolicy = StragglerPolicy()
+    straggler_action: StragglerAction = StragglerAction.REPORT
+    reported_straggler_nodes: tuple[str, ...] = ()
+    """Nodes already reported as stragglers in this attempt: reported again only if the set grows."""
 
 
 class WatchOutcome(StrEnum):
@@ -40,6 +54,11 @@ class JobWatchResult(Frozen):
     findings: tuple[LogFinding, ...] = ()
     offsets: dict[str, int] = {}
     polls: int = 0
+    progress: ProgressState | None = None
+    hang: HangVerdict | None = None
+    """Set with a ``hang`` anomaly."""
+    stragglers: StragglerVerdict | None = None
+    """Set with a ``straggler`` anomaly."""
 
 
 class AttributeInput(Frozen):
@@ -57,6 +76,13 @@ class AttributeInput(Frozen):
     """Keep reading logs this long: a peer's error or srun's summary often lands a moment after the first line."""
     corroborate_s: float = Field(10.0, ge=0)
     """When only silence points at a node, wait up to this long for the scheduler to confirm it is down."""
+    hang: HangVerdict | None = None
+    """For a hang: the watch's verdict (who went silent first)."""
+    odd_ranks: tuple[int, ...] = ()
+    """For a hang: ranks whose stack differs from the majority's."""
+    processes: tuple[RankProcess, ...] = ()
+    """For a hang: the ranks' processes as the node agents saw them."""
+    stack_summary: str = ""
 
 
 class AttributeResult(Frozen):
@@ -108,6 +134,9 @@ class WaitResumeInput(Frozen):
     offsets: dict[str, int] = {}
     expected_restart_count: int = 0
     poll_interval_s: float = Field(0.5, gt=0)
+    not_before: datetime | None = None
+    """When the restart was verified: step lines stamped earlier are the old attempt's (a hung, slow or silently
+    faulted job still trains until Slurm kills it), and unstamped ones count only once the new attempt runs."""
 
 
 class ResumeOutcome(StrEnum):

@@ -9,7 +9,10 @@ from pydantic import Field
 
 from workflows.domain.base import Frozen
 from workflows.domain.incident import Incident, TimelineEntry
+from workflows.domain.progress import ProgressState
 from workflows.domain.slurm import JobState, SlurmJob
+from workflows.policy.hang import HangPolicy
+from workflows.policy.straggler import StragglerPolicy
 
 
 class RecoveryState(StrEnum):
@@ -54,6 +57,21 @@ class RecoverySpec(Frozen):
     stragglers: StragglerAction = StragglerAction.REPORT
 
 
+class DetectionPolicy(Frozen):
+    """How failures that never exit are told: hangs, stragglers, and the evidence taken before acting."""
+
+    hang: HangPolicy = HangPolicy()
+    stragglers: StragglerPolicy = StragglerPolicy()
+    straggler_restart_cost_s: float = Field(600.0, ge=0)
+    """What a restart costs (requeue, start, checkpoint load, redone steps): a straggler's node is drained and the
+    job restarted (``stragglers=restart``) only when the time the slowdown would lose until the job's time limit
+    is larger."""
+    straggler_horizon_s: float = Field(3600.0, gt=0)
+    """How far ahead a straggler's loss is projected (Slurm 22.05's job listing gives Rebound no time limit)."""
+    stack_dump_timeout_s: float = Field(10.0, gt=0, le=120)
+    """Per rank: how long a py-spy dump of a hung rank may take before the job is restarted anyway."""
+
+
 class JobRecoveryInput(Frozen):
     """Start (or continue-as-new) the recovery loop of one job."""
 
@@ -61,8 +79,11 @@ class JobRecoveryInput(Frozen):
     job_id: int = Field(gt=0)
     poll_interval_s: float = Field(1.0, gt=0, le=300)
     spec: RecoverySpec = RecoverySpec()
+    detection: DetectionPolicy = DetectionPolicy()
     carried: JobRecoveryStatus | None = None
     """State carried across continue-as-new; None for a fresh start."""
+    carried_progress: ProgressState | None = None
+    """What the watch learned about the ranks' progress (step times, silences), carried across continue-as-new."""
 
 
 class JobRecoveryStatus(Frozen):

@@ -87,6 +87,8 @@ class SlurmJob(Frozen):
     job_id: int
     name: str = ""
     user: str = ""
+    user_id: int | None = None
+    """The numeric uid the job runs as; None when the scheduler did not say. Log access checks file owners by it."""
     partition: str = ""
     """As Slurm reports it; a job pending in several partitions lists them comma-separated."""
     state: JobState

@@ -10,8 +10,10 @@ Rules, strongest first (the first that applies decides; the rest of the evidence
    implicated and no restart can help. The same exception on ranks of different nodes makes it certain.
 6. A rank that died on its own (non-zero exit, segfault, killed): the node of the first failing rank, with
    modest confidence. Peers that only report a broken connection are victims, never culprits.
-7. Only victims, and ranks that went silent without a word: the node of the silent ranks, low confidence.
-8. Nothing conclusive: unknown; restart without excluding anyone.
+7. A hang (no rank made progress for the job's window): the rank that stopped first and the ranks whose stacks
+   differ are suspects; no node is implicated unless a rank is stuck in the kernel (``workflows.policy.implicit``).
+8. Only victims, and ranks that went silent without a word: the node of the silent ranks, low confidence.
+9. Nothing conclusive: unknown; restart without excluding anyone.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from dataclasses import dataclass, field
 
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.incident import Attribution, Evidence, EvidenceSource, FailureClass, LogFinding
+from workflows.domain.procs import RankProcess
+from workflows.policy.hang import HangVerdict
+from workflows.policy.implicit import attribute_hang
 
 #: Finding kinds (``activities.logs.crash``) that point at the GPU and at the code.
 GPU_KINDS = frozenset({"cuda_error", "xid"})
@@ -43,6 +48,10 @@ class AttributionFacts:
     """Nodes the scheduler or srun reported as failed for this job."""
     ranks_logging: Sequence[int] = field(default_factory=tuple)
     """Ranks that wrote any output in the failure window (to find ranks that went silent)."""
+    hang: HangVerdict | None = None
+    odd_ranks: Sequence[int] = ()
+    processes: Sequence[RankProcess] = ()
+    stack_summary: str = ""
 
 
 def block_rank_layout(nodes: Sequence[str], task_count: int) -> dict[int, str]:
@@ -109,6 +118,8 @@ def attribute(facts: AttributionFacts) -> Attribution:
             first.kind, "rank-crash"
         )
         return _culprit(first, facts, FailureClass.UNKNOWN, cause, 0.6, ordered)
+    if facts.hang is not None:
+        return attribute_hang(facts.hang, facts.odd_ranks, facts.processes, facts.stack_summary)
     victims = [f for f in ordered if not f.culprit]
     if victims:
         silent = _silent_nodes(facts)

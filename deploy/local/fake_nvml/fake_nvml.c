@@ -24,6 +24,9 @@
  *   gpu N temp C | util GPU MEM | mem_used B | mem_total B | power_mw MW | pcie_replay K
  *   gpu N ecc_unc_vol K | ecc_unc_agg K | ecc_cor_vol K | ecc_cor_agg K
  *   gpu N clocks_event MASK | retired_pending 0/1 | remap CORR UNC PENDING FAILURE
+ *   gpu N retired_sbe K | retired_dbe K  pages retired per cause (nvmlDeviceGetRetiredPages[_v2]; K <= 512)
+ *   gpu N sm_clock MHZ | sm_clock_max MHZ  nvmlDeviceGetClockInfo / GetMaxClockInfo for SM and graphics
+ *                                  (defaults 1980/1980, an H100 SXM at boost; memory 2619, video 1755)
  *   gpu N nvlinks K                number of NVLinks (0 = NVLink calls return NOT_SUPPORTED; default 18)
  *   gpu N nvlink L replay|recovery|crc_flit|crc_data|ecc_data K
  *   gpu N events_supported MASK    nvmlDeviceGetSupportedEventTypes (default 0xC1F)
@@ -70,6 +73,10 @@
 #define FAKE_DEFAULT_NVLINKS 18
 #define FAKE_MAX_TOKENS 8
 #define FAKE_POLL_NS 5000000L /* event wait re-reads the state file every 5 ms */
+#define FAKE_MAX_RETIRED 512   /* retired pages per cause; real GPUs stop near 64 */
+#define FAKE_MEM_CLOCK_MHZ 2619U
+#define FAKE_VIDEO_CLOCK_MHZ 1755U
+#define FAKE_SM_CLOCK_MHZ 1980U
 #define FAKE_DEFAULT_EVENTS                                                                                        \
     (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypePState |                       \
      nvmlEventTypeXidCriticalError | nvmlEventTypeClock | nvmlEventTypeDramRetirementEvent |                      \
@@ -101,6 +108,7 @@ typedef struct {
 typedef struct {
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
     unsigned int temp, util_gpu, util_mem, power_mw, pcie_replay, nvlinks, remap[4];
+    unsigned int retired[NVML_PAGE_RETIREMENT_CAUSE_COUNT], sm_clock, sm_clock_max;
     int retired_pending, lost, nfails;
     unsigned long long mem_used, mem_total, clocks_event, events_supported;
     unsigned long long ecc[NVML_MEMORY_ERROR_TYPE_COUNT][NVML_ECC_COUNTER_TYPE_COUNT];
@@ -206,6 +214,8 @@ static void set_defaults(fake_state *st) {
         g->power_mw = 70000;
         g->mem_total = 85520809984ULL; /* what an H100 80GB reports */
         g->nvlinks = FAKE_DEFAULT_NVLINKS;
+        g->sm_clock = FAKE_SM_CLOCK_MHZ;
+        g->sm_clock_max = FAKE_SM_CLOCK_MHZ;
         g->events_supported = FAKE_DEFAULT_EVENTS;
     }
 }
@@ -285,6 +295,14 @@ static int parse_gpu_field(fake_gpu *g, char **tok, int ntok, const char *name) 
         g->clocks_event = v;
     } else if (strcmp(f, "retired_pending") == 0) {
         g->retired_pending = v != 0;
+    } else if (strcmp(f, "retired_sbe") == 0 && v <= FAKE_MAX_RETIRED) {
+        g->retired[NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS] = (unsigned int)v;
+    } else if (strcmp(f, "retired_dbe") == 0 && v <= FAKE_MAX_RETIRED) {
+        g->retired[NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR] = (unsigned int)v;
+    } else if (strcmp(f, "sm_clock") == 0 && v <= 0xFFFFFFFFULL) {
+        g->sm_clock = (unsigned int)v;
+    } else if (strcmp(f, "sm_clock_max") == 0 && v <= 0xFFFFFFFFULL) {
+        g->sm_clock_max = (unsigned int)v;
     } else if (strcmp(f, "nvlinks") == 0 && v <= NVML_NVLINK_MAX_LINKS) {
         g->nvlinks = (unsigned int)v;
     } else if (strcmp(f, "events_supported") == 0) {
@@ -742,6 +760,31 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
     return leave(&c, rc);
 }
 
+/* SM and graphics clocks follow the state; memory and video are fixed H100 values. */
+static nvmlReturn_t clock_info(const char *fn, nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock,
+                               int max) {
+    fake_call c;
+    nvmlReturn_t rc = enter_device(&c, fn, device);
+    if (rc == NVML_SUCCESS) {
+        if (clock == NULL || (unsigned int)type >= NVML_CLOCK_COUNT) {
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        } else if (type == NVML_CLOCK_SM || type == NVML_CLOCK_GRAPHICS) {
+            *clock = max ? c.gpu->sm_clock_max : c.gpu->sm_clock;
+        } else {
+            *clock = type == NVML_CLOCK_MEM ? FAKE_MEM_CLOCK_MHZ : FAKE_VIDEO_CLOCK_MHZ;
+        }
+    }
+    return leave(&c, rc);
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock) {
+    return clock_info(__func__, device, type, clock, 0);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock) {
+    return clock_info(__func__, device, type, clock, 1);
+}
+
 /* ---------------------------------------------------------------- fault counters */
 
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
@@ -794,6 +837,51 @@ nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEna
         }
     }
     return leave(&c, rc);
+}
+
+/* Both retired-pages calls: a size query (count 0, no buffer) answers INSUFFICIENT_SIZE with the count, as
+ * nvml.h documents; a buffer too small gets the same; addresses are synthetic but distinct per cause. */
+static nvmlReturn_t retired_pages(const char *fn, nvmlDevice_t device, nvmlPageRetirementCause_t cause,
+                                  unsigned int *pageCount, unsigned long long *addresses,
+                                  unsigned long long *timestamps) {
+    fake_call c;
+    nvmlReturn_t rc = enter_device(&c, fn, device);
+    if (rc == NVML_SUCCESS) {
+        if (pageCount == NULL || (unsigned int)cause >= NVML_PAGE_RETIREMENT_CAUSE_COUNT) {
+            rc = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+            unsigned int n = c.gpu->retired[cause];
+            if (*pageCount == 0 && addresses == NULL) {
+                rc = n > 0 ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+                *pageCount = n;
+            } else if (addresses == NULL) {
+                rc = NVML_ERROR_INVALID_ARGUMENT;
+            } else if (*pageCount < n) {
+                *pageCount = n;
+                rc = NVML_ERROR_INSUFFICIENT_SIZE;
+            } else {
+                for (unsigned int i = 0; i < n; i++) {
+                    addresses[i] = 0x100000000ULL * ((unsigned long long)cause + 1) + 0x1000ULL * i;
+                    if (timestamps != NULL) {
+                        timestamps[i] = 1700000000ULL + i;
+                    }
+                }
+                *pageCount = n;
+            }
+        }
+    }
+    return leave(&c, rc);
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
+                                       unsigned int *pageCount, unsigned long long *addresses) {
+    return retired_pages(__func__, device, cause, pageCount, addresses, NULL);
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
+                                          unsigned int *pageCount, unsigned long long *addresses,
+                                          unsigned long long *timestamps) {
+    return retired_pages(__func__, device, cause, pageCount, addresses, timestamps);
 }
 
 nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
