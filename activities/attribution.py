@@ -10,9 +10,8 @@ from temporalio import activity
 
 from activities.errors import classified_errors
 from activities.logs.crash import scan
-from activities.logs.tail import LogTail
 from activities.slurm.port import SchedulerReads
-from activities.watch import log_patterns, to_findings, unresponsive
+from activities.watch import LogPolicy, log_patterns, to_findings, unresponsive
 from workflows.domain.incident import Attribution, LogFinding
 from workflows.domain.loop import AttributeInput, AttributeResult
 from workflows.domain.slurm import ClusterSnapshot
@@ -25,8 +24,9 @@ _WEAK_CAUSES = frozenset({"ranks-vanished"})
 class AttributionActivities:
     """Bound to the scheduler port: attribution reads a fresh cluster state, not the shared snapshot."""
 
-    def __init__(self, scheduler: SchedulerReads) -> None:
+    def __init__(self, scheduler: SchedulerReads, logs: LogPolicy | None = None) -> None:
         self._scheduler = scheduler
+        self._logs = logs or LogPolicy()
 
     @activity.defn(name="attribute_failure")
     async def attribute_failure(self, inp: AttributeInput) -> AttributeResult:
@@ -37,7 +37,7 @@ class AttributionActivities:
         with classified_errors():
             snap = await self._scheduler.snapshot()
         job = snap.job(inp.job_id)
-        tail = LogTail(log_patterns(inp.log_patterns, job, inp.job_id))
+        tail = self._logs.tail(log_patterns(inp.log_patterns, job, inp.job_id), job, inp.job_id)
         deadline = time.monotonic() + inp.settle_s
         while True:
             lines, offsets = await asyncio.to_thread(tail.read_new, offsets)

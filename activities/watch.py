@@ -9,11 +9,13 @@ import contextlib
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from temporalio import activity
 
 from activities.errors import classified_errors
+from activities.logs.access import LogAccess
 from activities.logs.crash import CrashFinding, Role, scan
 from activities.logs.heartbeat import heartbeat_times
 from activities.logs.progress import find_progress, parse_step
@@ -108,11 +110,41 @@ def unresponsive(snapshot: ClusterSnapshot, nodes: Sequence[str]) -> list[str]:
     return bad
 
 
+class LogPolicy:
+    """Which log files of a job the worker may read (``watch.log_roots``, ``watch.log_require_owner``).
+
+    A job's owner chooses the log patterns (in its comment), and the worker often runs as root: without this,
+    a job could make Rebound read, and show as evidence, any file on the host.
+    """
+
+    def __init__(self, roots: Sequence[Path | str] = (), *, require_owner: bool = False) -> None:
+        self._roots = tuple(roots)
+        self._require_owner = require_owner
+        self._reported: dict[int, dict[str, str]] = {}
+
+    def tail(self, patterns: Sequence[str], job: SlurmJob | None, job_id: int) -> LogTail:
+        """A tail over the job's log files, bound to this policy (every file refused when the job is unknown)."""
+        if not self._roots and not self._require_owner:
+            return LogTail(patterns)
+        access = LogAccess.for_job(
+            self._roots, job.user_id if job is not None else None, require_owner=self._require_owner
+        )
+        return LogTail(patterns, access=access)
+
+    def report(self, job_id: int, tail: LogTail) -> None:
+        """Log refused patterns and files once per job and change: an operator must see why evidence is missing."""
+        refused = tail.refused
+        if refused and refused != self._reported.get(job_id):
+            activity.logger.warning("job %s: log files not read: %s", job_id, refused)
+        self._reported[job_id] = refused
+
+
 class WatchActivities:
     """Job watching and resume verification, sharing the worker's scheduler snapshot."""
 
-    def __init__(self, snapshots: SnapshotCache) -> None:
+    def __init__(self, snapshots: SnapshotCache, logs: LogPolicy | None = None) -> None:
         self._snapshots = snapshots
+        self._logs = logs or LogPolicy()
 
     async def _fresh_since(self, started: datetime) -> ClusterSnapshot:
         """The shared snapshot, unless it predates ``started`` (e.g. the requeue being verified): then a new one."""
@@ -136,8 +168,9 @@ class WatchActivities:
             job = snap.job(inp.job_id)
             if job is not None and job.nodes:
                 nodes_seen = list(job.nodes)
-            tail = LogTail(log_patterns(inp.log_patterns, job, inp.job_id))
+            tail = self._logs.tail(log_patterns(inp.log_patterns, job, inp.job_id), job, inp.job_id)
             lines, offsets = await asyncio.to_thread(tail.read_new, offsets)
+            self._logs.report(inp.job_id, tail)
             now = datetime.now(UTC)
             progress = await asyncio.to_thread(self._track, inp, job, nodes_seen, progress, lines, now)
             polls += 1
@@ -222,7 +255,7 @@ class WatchActivities:
                 return WaitResumeResult(outcome=ResumeOutcome.GONE, observed_at=now, offsets=offsets)
             if job.state is JobState.CANCELLED:
                 return WaitResumeResult(outcome=ResumeOutcome.CANCELLED, observed_at=now, offsets=offsets, job=job)
-            tail = LogTail(log_patterns(inp.log_patterns, job, inp.job_id))
+            tail = self._logs.tail(log_patterns(inp.log_patterns, job, inp.job_id), job, inp.job_id)
             lines, offsets = await asyncio.to_thread(tail.read_new, offsets)
             activity.heartbeat({"offsets": offsets, "polls": 0, "nodes": list(job.nodes)})
             progress = find_progress(lines)

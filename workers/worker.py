@@ -11,7 +11,7 @@ from temporalio.worker import Worker
 from activities.attribution import AttributionActivities
 from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.activities import SlurmActivities
-from activities.watch import WatchActivities
+from activities.watch import LogPolicy, WatchActivities
 from workers.client import connect
 from workers.discovery import build_discovery_activities, start_cluster_watch
 from workers.lifecycle import stop_on_signals
@@ -38,8 +38,9 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     # Opt-in discovery. `snapshots` is the worker's one shared snapshot cache: every watcher must use this object.
     snapshots = build_snapshot_cache(scheduler, settings.watch)
     discovery = build_discovery_activities(client, snapshots, settings)
-    watch = WatchActivities(snapshots)
-    attribution = AttributionActivities(scheduler)
+    logs = LogPolicy(settings.watch.log_roots, require_owner=settings.watch.log_require_owner)
+    watch = WatchActivities(snapshots, logs)
+    attribution = AttributionActivities(scheduler, logs)
     actions = SlurmActionActivities(scheduler)
     worker = Worker(
         client,

@@ -34,6 +34,8 @@ class ReboundServices:
             # seconds) would make a hang wait a minute; 8 s still sits far above the lab's worst pauses (~2 s).
             REBOUND_DETECTION__HANG__FLOOR_S=str(self.cfg.hang_floor_s),
             REBOUND_DETECTION__HANG__STARTUP_S="120",
+            # Jobs' logs are read only inside the lab (where the demo writes them), and only their user's files.
+            REBOUND_WATCH__LOG_ROOTS=json.dumps([str(self.lay.state_dir.resolve())]),
         )
 
     def agent_env(self, node: str) -> dict[str, str]:
