@@ -46,9 +46,11 @@ def _parser() -> argparse.ArgumentParser:
 
     from deploy.local.cli import add_lab_parser
     from workers.bench import add_bench_parser
+    from workers.diagnose_cli import add_diagnose_parser
 
     add_lab_parser(sub)
     add_bench_parser(sub)
+    add_diagnose_parser(sub)
     return p
 
 
@@ -60,10 +62,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             from deploy.local.cli import run_lab_command
 
             return run_lab_command(args)
+        if args.command == "bench" and args.bench_command == "detection":
+            from workers.bench.detection import run_detection_command
+
+            return run_detection_command(args)
         if args.command == "bench":
             from workers.bench.recovery import run_bench_command
 
             return run_bench_command(args)
+        if args.command == "diagnose":
+            from workers.diagnose_cli import run_diagnose_command
+
+            return run_diagnose_command(args)
         settings = Settings()
         logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         if args.command == "settings":

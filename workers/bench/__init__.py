@@ -1,4 +1,5 @@
-"""``rebound bench ...``: benchmarks that run against the local lab (see ``workers.bench.recovery``).
+"""``rebound bench ...``: benchmarks: ``recovery`` against the local lab (see ``workers.bench.recovery``),
+``detection`` of failure categories in a labelled corpus of real logs (see ``workers.bench.detection``).
 
 Only the argument parser lives here, so that ``rebound --help`` stays fast: the benchmarks import the lab,
 Temporal and the workflows when they run.
@@ -13,8 +14,9 @@ __all__ = ["add_bench_parser"]
 
 
 def add_bench_parser(sub: Any) -> None:
-    """Add ``bench recovery [--scenarios LIST] [--repeat N] [--json PATH]`` to the ``rebound`` subcommands."""
-    bench = sub.add_parser("bench", help="benchmarks against the local lab (./.rebound-lab)")
+    """Add ``bench recovery [--scenarios LIST] [--repeat N] [--json PATH]`` and
+    ``bench detection [--corpus PATH] [--json PATH]`` to the ``rebound`` subcommands."""
+    bench = sub.add_parser("bench", help="benchmarks: recovery on the local lab, detection on a log corpus")
     cmds = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND")
     rec = cmds.add_parser(
         "recovery",
@@ -29,3 +31,14 @@ def add_bench_parser(sub: Any) -> None:
     rec.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
     rec.add_argument("--timeout", type=float, default=180.0, help="seconds from the fault to an outcome, per run")
     rec.add_argument("--warmup-steps", type=int, default=30, help="inject once rank 0 trained this many steps")
+    det = cmds.add_parser(
+        "detection",
+        help="score rebound diagnose on a labelled corpus of real logs: per-category precision/recall/F1",
+    )
+    det.add_argument(
+        "--corpus",
+        type=Path,
+        default=Path("tests/data/detection/corpus.jsonl"),
+        help="JSONL corpus, one labelled log per line (default: tests/data/detection/corpus.jsonl)",
+    )
+    det.add_argument("--json", type=Path, default=None, help="also write the full result as JSON to this path")

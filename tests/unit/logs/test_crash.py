@@ -40,7 +40,7 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("srun: error: n1: task 1: Exited with exit code 13", "srun_task_exit", {"rank": 1, "node": "n1", "exit_code": 13}),
     ("srun: error: n2: task 3: Killed", "srun_task_killed", {"rank": 3, "node": "n2", "signal": 9}),
     ("srun: error: n1: task 0: Segmentation fault (core dumped)", "srun_task_segfault", {"rank": 0, "signal": 11}),
-    ("srun: error: n1: task 0: Bus error", "srun_task_segfault", {"rank": 0, "signal": 7}),
+    ("srun: error: n1: task 0: Bus error", "srun_task_bus_error", {"rank": 0, "signal": 7}),
     ("srun: error: gpu-a01: task 2: Aborted (core dumped)", "srun_task_signal", {"node": "gpu-a01", "signal": 6}),
     ("srun: error: gpu-a01.cluster: task 5: Out Of Memory", "srun_task_oom", {"rank": 5, "node": "gpu-a01.cluster"}),
     ("srun: error: n2: task 3: Terminated", "srun_task_terminated", {"rank": 3, "signal": 15}),
@@ -68,11 +68,15 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
         "stepd_requeue",
         {"node": "n1", "message": "JOB REQUEUE", "at": datetime(2026, 11, 30, 3, 47, 28, tzinfo=UTC)},
     ),
-    ("slurmstepd: error: *** JOB 5 ON n4 CANCELLED AT 2026-11-30T03:47:28 DUE TO PREEMPTION ***", "stepd_requeue", {}),
+    (
+        "slurmstepd: error: *** JOB 5 ON n4 CANCELLED AT 2026-11-30T03:47:28 DUE TO PREEMPTION ***",
+        "stepd_preempted",
+        {},
+    ),
     ("slurmstepd-n1: error: *** JOB 12 ON n1 CANCELLED AT 2026-11-30T03:49:43 ***", "stepd_cancelled", {"node": "n1"}),
     (
         "slurmstepd: error: *** JOB 5 ON n1 CANCELLED AT 2026-11-30T03:40:01 DUE TO TIME LIMIT ***",
-        "stepd_cancelled",
+        "stepd_time_limit",
         {"message": "TIME LIMIT"},
     ),
     # GPU
@@ -97,14 +101,16 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("RuntimeError: CUDA error: device-side assert triggered", "cuda_device_assert", {}),
     (
         "RuntimeError: CUDA error: an illegal memory access was encountered",
-        "cuda_error",
+        "cuda_illegal_address",
         {"exception": "RuntimeError", "message": "an illegal memory access was encountered"},
     ),
-    ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "cuda_error", {}),
+    ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "cuda_ecc", {}),
+    ("RuntimeError: CUDA error: unknown error", "cuda_unknown_error", {}),
+    ("RuntimeError: CUDA error: operation not supported", "cuda_error", {"message": "operation not supported"}),
     (
         "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970,"
         " unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
-        "cuda_error",
+        "nccl_unhandled_cuda",
         {"exception": "torch.distributed.DistBackendError"},
     ),
     # a peer died or hung
@@ -123,14 +129,14 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     (
         "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms"
         " for recv operation to complete",
-        "collective_timeout",
+        "gloo_timeout",
         {},
     ),
     (
         "[rank1]:[E1130 03:40:01.123456 1234 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:616] [Rank 1]"
         " Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1,"
         " NumelOut=1, Timeout(ms)=600000) ran for 600043 milliseconds before timing out.",
-        "collective_timeout",
+        "nccl_watchdog_timeout",
         {"rank": 1},
     ),
     (
@@ -147,7 +153,7 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     (
         "gpu-a01:1234:5678 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<59732> with error 12, opcode"
         " 32767, len 0, vendor err 129 (Recv)",
-        "nccl_remote_error",
+        "ib_completion_error",
         {},
     ),
     (
@@ -163,10 +169,10 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ),
     (
         "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
-        "c10d_error",
+        "gloo_error",
         {},
     ),
-    ("RuntimeError: ProcessGroupGloo::allreduce: operation timed out", "c10d_error", {}),
+    ("RuntimeError: ProcessGroupGloo::allreduce: operation timed out", "gloo_timeout", {}),
     # death by signal
     ("Fatal Python error: Segmentation fault", "segfault", {"signal": 11}),
     ("  traceback : Signal 11 (SIGSEGV) received by PID 4321", "segfault", {"signal": 11}),
@@ -203,7 +209,7 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("KeyError: 'input_ids'", "python_exception", {"exception": "KeyError", "message": "'input_ids'"}),
     ("AssertionError", "python_exception", {"exception": "AssertionError", "message": ""}),
     ("3: ZeroDivisionError: division by zero", "python_exception", {"rank": 3, "exception": "ZeroDivisionError"}),
-    ("[rank2]: RuntimeError: Expected all tensors to be on the same device", "python_exception", {"rank": 2}),
+    ("[rank2]: RuntimeError: Expected all tensors to be on the same device", "user_runtime_error", {"rank": 2}),
     # the demo trainer's own crash line
     (
         "2026-11-30T04:04:27.343Z [ERROR] rank=1/2 node=n2 step=7 fatal error (fault crash-000b0e1c47): exiting"
@@ -219,9 +225,10 @@ def test_rule(text: str, rule: str, fields: dict[str, Any]) -> None:
     (finding,) = classify(_as_read(text))
     assert finding.rule == rule
     by_name = {r.name: r for r in CRASH_RULES}
+    # An informational row has no class; the detector's findings always carry one.
     assert (finding.kind, finding.failure_class, finding.role) == (
         by_name[rule].kind,
-        by_name[rule].failure_class,
+        by_name[rule].failure_class or UNKNOWN,
         by_name[rule].role,
     )
     assert finding.culprit is (finding.role is Role.CULPRIT)
@@ -231,33 +238,45 @@ def test_rule(text: str, rule: str, fields: dict[str, Any]) -> None:
 
 
 def test_every_rule_is_tested_and_extracts_only_known_fields() -> None:
-    assert {rule for _, rule, _ in CASES} == {r.name for r in CRASH_RULES}
+    # The rows live in the signature library now; its own tests cover each row the detector did not have.
+    from tests.unit.logs.test_signatures import SIGNATURE_CASES
+
+    tested = {rule for _, rule, _ in CASES} | {row for _, row, _, _ in SIGNATURE_CASES}
+    assert tested == {r.name for r in CRASH_RULES}
     assert len({r.name for r in CRASH_RULES}) == len(CRASH_RULES)
-    known = {"ranks", "rank", "node", "exit_code", "signal", "exception", "message", "xid", "at"}
+    known = {"ranks", "rank", "host", "gpu", "peer_rank", "exit_code", "signal", "exception", "message", "xid", "at"}
     for rule in CRASH_RULES:
         assert set(rule.fields) <= known, rule.name
 
 
 @pytest.mark.parametrize(
-    ("kind", "failure_class", "role"),
+    ("kind", "role"),
     [
-        (CrashKind.CUDA_ERROR, HW, Role.CULPRIT),
-        (CrashKind.SEGFAULT, UNKNOWN, Role.CULPRIT),
-        (CrashKind.RANK_EXIT, UNKNOWN, Role.CULPRIT),
-        (CrashKind.COMM_ERROR, UNKNOWN, Role.VICTIM),
-        (CrashKind.NODE_FAILURE, INFRA, Role.CULPRIT),
-        (CrashKind.PYTHON_EXCEPTION, USER, Role.CULPRIT),
-        (CrashKind.REQUEUE, UNKNOWN, Role.INFO),
+        (CrashKind.CUDA_ERROR, Role.CULPRIT),
+        (CrashKind.XID, Role.CULPRIT),
+        (CrashKind.SEGFAULT, Role.CULPRIT),
+        (CrashKind.RANK_EXIT, Role.CULPRIT),
+        (CrashKind.COMM_ERROR, Role.VICTIM),
+        (CrashKind.NODE_FAILURE, Role.CULPRIT),
+        (CrashKind.PYTHON_EXCEPTION, Role.CULPRIT),
+        (CrashKind.REQUEUE, Role.INFO),
+        (CrashKind.CANCELLED, Role.INFO),
     ],
 )
-def test_the_table_keeps_the_agreed_meaning_of_each_kind(
-    kind: CrashKind, failure_class: FailureClass, role: Role
-) -> None:
-    # Deliberate exceptions: running out of device memory and device-side asserts are the program's doing;
-    # torchrun's ChildFailedError only summarises a failure reported elsewhere.
-    exempt = {"cuda_oom", "cuda_device_assert", "torchrun_child_failed"}
+def test_the_table_keeps_the_agreed_role_of_each_kind(kind: CrashKind, role: Role) -> None:
+    # torchrun's summary block (ChildFailedError, its Root Cause header, "Signal 9 ... received") only points at a
+    # failure reported elsewhere.
+    exempt = {"torchrun_child_failed", "elastic_root_cause", "elastic_exitcode", "signal_received"}
     rules = [r for r in CRASH_RULES if r.kind is kind and r.name not in exempt]
-    assert rules and all((r.failure_class, r.role) == (failure_class, role) for r in rules)
+    assert rules and all(r.role is role for r in rules)
+
+
+def test_only_the_programs_own_gpu_errors_are_user_class() -> None:
+    """Attribution calls a GPU-kind finding a hardware fault unless its class is user."""
+    gpu_kinds = (CrashKind.CUDA_ERROR, CrashKind.XID)
+    user = {r.name for r in CRASH_RULES if r.kind in gpu_kinds and r.failure_class is USER}
+    assert user == {"cuda_oom", "cuda_device_assert"}
+    assert all(r.failure_class is not None for r in CRASH_RULES if r.kind in gpu_kinds)
 
 
 @pytest.mark.parametrize(
@@ -335,7 +354,7 @@ def test_demo_crash_culprit_and_its_victim() -> None:
 
 def test_demo_gpu_fault_is_hardware_on_its_rank() -> None:
     (finding,) = scan(_read("demo-gpu-fault-rank-%t.log"))
-    assert (finding.rule, finding.rank, finding.failure_class) == ("cuda_error", 1, HW)
+    assert (finding.rule, finding.rank, finding.failure_class) == ("cuda_launch_failure", 1, HW)
     assert finding.message == "unspecified launch failure"
 
 
