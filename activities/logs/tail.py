@@ -354,8 +354,9 @@ class LogTail:
         """What the last ``paths``/``read_new`` call did not read, and why: ``{pattern or path: reason}``.
 
         Patterns refused by the access policy or cut off by the glob limits, and matching files that were
-        refused by the policy, are not regular files, or could not be opened. Directories and files that
-        vanished meanwhile are not listed. A copy: the caller may keep it.
+        refused by the policy, are not regular files, or could not be opened. Directories, files that
+        vanished meanwhile and second names of a file already read are not listed. A copy: the caller may keep
+        it.
         """
         return dict(self._refused)
 
@@ -657,7 +658,7 @@ def _glob(pattern: str, budget: _GlobBudget) -> list[str]:
 
 def _descend(top: str, budget: _GlobBudget, *, files: bool) -> list[str]:
     """``top`` and every non-hidden directory below it (and files, with ``files``), not walking symlinks."""
-    out = [top] if top else []
+    out = [top]  # "" is the current directory of a relative pattern: os.path.join("", name) is name
     stack = [top]
     while stack and not budget.exhausted:
         directory = stack.pop()

@@ -1,7 +1,9 @@
-"""Shape of the labeled failure-log corpus in ``tests/data/detection/corpus.jsonl`` (pure, no classifier).
+"""Shape of the labeled failure-log corpora in ``tests/data/detection/`` (pure, no classifier).
 
-The corpus is ground truth for the log classifier, so a malformed line would silently turn into a wrong score.
-These checks keep every case loadable and inside the label set; they say nothing about how well anything scores.
+``corpus.jsonl`` is the ground truth the classifier was tuned on; ``heldout.jsonl`` is a second corpus from other
+threads, kept apart to measure how the classifier generalises. A malformed line would silently turn into a wrong
+score, so these checks keep every case of both loadable and inside the label set; they say nothing about how well
+anything scores.
 """
 
 from __future__ import annotations
@@ -9,13 +11,14 @@ from __future__ import annotations
 import collections
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-CORPUS = REPO / "tests" / "data" / "detection" / "corpus.jsonl"
+DATA = REPO / "tests" / "data" / "detection"
 
 # The canonical label set (docs/detection.md is the prose version of this table).
 CATEGORIES = frozenset(
@@ -54,48 +57,80 @@ INT_FIELDS = ("rank", "peer_rank", "xid", "exit_code", "signal")
 KNOWN_LABELS = frozenset({"category", "failure_class", "restartable", "host", "gpu", *INT_FIELDS})
 LAB_PREFIX = "lab:"
 MAX_LINES = 120
-MAX_CASES_PER_SOURCE = 4  # keeps one chatty thread from dominating the score
 
 
-def _load() -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class CorpusFile:
+    """One labeled corpus and the size it must keep (the held-out one is smaller, and stricter per thread)."""
+
+    name: str
+    min_cases: int
+    min_categories: int  # failure categories covered, ``none`` not counted
+    max_cases_per_source: int  # keeps one chatty thread from dominating the score
+
+    @property
+    def path(self) -> Path:
+        return DATA / f"{self.name}.jsonl"
+
+
+CORPORA = (CorpusFile("corpus", 60, 20, 4), CorpusFile("heldout", 45, 18, 3))
+
+
+def _load(corpus: CorpusFile) -> list[dict[str, Any]]:
     cases = []
-    for number, line in enumerate(CORPUS.read_text(encoding="utf-8").splitlines(), start=1):
-        assert line.strip(), f"line {number} is blank"
+    for number, line in enumerate(corpus.path.read_text(encoding="utf-8").splitlines(), start=1):
+        assert line.strip(), f"{corpus.name} line {number} is blank"
         try:
             case = json.loads(line)
         except json.JSONDecodeError as exc:  # a clear message instead of a bare traceback
-            pytest.fail(f"line {number} is not JSON: {exc}")
-        assert isinstance(case, dict), f"line {number} is not an object"
+            pytest.fail(f"{corpus.name} line {number} is not JSON: {exc}")
+        assert isinstance(case, dict), f"{corpus.name} line {number} is not an object"
         cases.append(case)
     return cases
 
 
-CASES = _load()
+CASES = {corpus.name: _load(corpus) for corpus in CORPORA}
+ALL_CASES = [(corpus.name, case) for corpus in CORPORA for case in CASES[corpus.name]]
 
 
-def _ids() -> list[str]:
-    return [str(case.get("id", f"line-{n}")) for n, case in enumerate(CASES, start=1)]
+def _ids(name: str) -> list[str]:
+    return [str(case.get("id", f"line-{n}")) for n, case in enumerate(CASES[name], start=1)]
 
 
-def test_corpus_is_big_and_broad_enough() -> None:
-    assert len(CASES) >= 60
-    covered = {case["labels"]["category"] for case in CASES}
-    assert len(covered - {"none"}) >= 20, sorted(CATEGORIES - covered)
+def _case_id(param: tuple[str, dict[str, Any]]) -> str:
+    name, case = param
+    return f"{name}:{case.get('id', '?')}"
+
+
+@pytest.mark.parametrize("corpus", CORPORA, ids=lambda c: c.name)
+def test_corpus_is_big_and_broad_enough(corpus: CorpusFile) -> None:
+    cases = CASES[corpus.name]
+    assert len(cases) >= corpus.min_cases
+    covered = {case["labels"]["category"] for case in cases}
+    assert len(covered - {"none"}) >= corpus.min_categories, sorted(CATEGORIES - covered)
     assert "none" in covered  # the classifier must also be scored on logs that are not failures
 
 
-def test_ids_are_unique() -> None:
-    duplicates = [i for i, n in collections.Counter(_ids()).items() if n > 1]
+@pytest.mark.parametrize("corpus", CORPORA, ids=lambda c: c.name)
+def test_ids_are_unique(corpus: CorpusFile) -> None:
+    duplicates = [i for i, n in collections.Counter(_ids(corpus.name)).items() if n > 1]
     assert duplicates == []
 
 
-def test_no_source_dominates() -> None:
-    per_source = collections.Counter(case["source_url"] for case in CASES)
-    assert [url for url, n in per_source.items() if n > MAX_CASES_PER_SOURCE] == []
+@pytest.mark.parametrize("corpus", CORPORA, ids=lambda c: c.name)
+def test_no_source_dominates(corpus: CorpusFile) -> None:
+    per_source = collections.Counter(case["source_url"] for case in CASES[corpus.name])
+    assert [url for url, n in per_source.items() if n > corpus.max_cases_per_source] == []
 
 
-@pytest.mark.parametrize("case", CASES, ids=_ids())
-def test_case_shape(case: dict[str, Any]) -> None:
+def test_heldout_shares_no_source_with_the_tuning_corpus() -> None:
+    # A thread the classifier was tuned on would leak into the generalisation score.
+    tuned = {case["source_url"] for case in CASES["corpus"]}
+    assert sorted({case["source_url"] for case in CASES["heldout"]} & tuned) == []
+
+
+@pytest.mark.parametrize(("name", "case"), ALL_CASES, ids=[_case_id(p) for p in ALL_CASES])
+def test_case_shape(name: str, case: dict[str, Any]) -> None:
     assert set(case) >= REQUIRED_KEYS, sorted(REQUIRED_KEYS - set(case))
     labels = case["labels"]
     category = labels["category"]
@@ -108,8 +143,8 @@ def test_case_shape(case: dict[str, Any]) -> None:
     assert len(log.split("\n")) <= MAX_LINES
 
 
-@pytest.mark.parametrize("case", CASES, ids=_ids())
-def test_case_labels(case: dict[str, Any]) -> None:
+@pytest.mark.parametrize(("name", "case"), ALL_CASES, ids=[_case_id(p) for p in ALL_CASES])
+def test_case_labels(name: str, case: dict[str, Any]) -> None:
     labels = case["labels"]
     assert set(labels) <= KNOWN_LABELS, sorted(set(labels) - KNOWN_LABELS)
     assert labels["failure_class"] in FAILURE_CLASSES
@@ -128,7 +163,7 @@ def test_case_labels(case: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    "case", [c for c in CASES if c["source_url"].startswith(LAB_PREFIX)], ids=lambda c: str(c["id"])
+    "case", [c for _, c in ALL_CASES if c["source_url"].startswith(LAB_PREFIX)], ids=lambda c: str(c["id"])
 )
 def test_lab_cases_are_verbatim_excerpts_of_the_lab_logs(case: dict[str, Any]) -> None:
     path = REPO / case["source_url"].removeprefix(LAB_PREFIX)

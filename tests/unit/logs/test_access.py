@@ -5,8 +5,9 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -56,7 +57,12 @@ def test_a_pattern_outside_the_roots_is_refused_before_globbing(
     root, outside = tree
     listed: list[str] = []
     real_scandir = os.scandir
-    monkeypatch.setattr(os, "scandir", lambda p=".": (listed.append(str(p)), real_scandir(p))[1])
+
+    def scandir(path: str = ".") -> Iterator[os.DirEntry[str]]:
+        listed.append(str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
     pattern = str(outside / "*.log")
     t = _read([pattern, str(root / "logs" / "*.log")], LogAccess([root]))
     assert _texts(t) == ["inside"]
@@ -211,7 +217,12 @@ def test_special_files_are_refused_and_never_opened(tree: tuple[Path, Path], mon
     (logs / "loop.log").symlink_to(logs / "loop.log")
     opened: list[str] = []
     real_open = os.open
-    monkeypatch.setattr(os, "open", lambda p, *a, **k: (opened.append(str(p)), real_open(p, *a, **k))[1])
+
+    def record(path: str, *args: Any, **kwargs: Any) -> int:
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", record)
     t = _read([str(logs / "*.log")], None)
     assert _texts(t) == ["inside"]
     assert opened == [str(logs / "a.log")]
@@ -263,7 +274,7 @@ def test_bad_arguments_get_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="absolute"):
         LogAccess(["relative/dir"])
     with pytest.raises(TypeError, match="sequence of directories"):
-        LogAccess(str(tmp_path))  # type: ignore[arg-type]
+        LogAccess(str(tmp_path))
     with pytest.raises(TypeError, match="owner_uid"):
         LogAccess([], True)
     with pytest.raises(TypeError, match="owner_uid"):
