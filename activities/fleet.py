@@ -1,0 +1,111 @@
+"""The Fleet's I/O: reach the Fleet workflow from a JobRecovery (signal-with-start), read the cluster fresh, and
+return a node to service only while it still carries Rebound's own drain reason."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.service import RPCError
+
+from activities.errors import classified_errors
+from activities.slurm.port import SchedulerPort
+from workflows.constants import CLUSTER, fleet_workflow_id
+from workflows.domain.base import Frozen
+from workflows.domain.errors import FailureKind, ReboundError
+from workflows.domain.fleet import FleetInput, FleetPolicy, IsolationRequest
+from workflows.domain.slurm import ClusterSnapshot
+
+__all__ = ["FLEET_WORKFLOW", "FleetActivities", "ResumeNodeInput", "ResumeNodeResult"]
+
+#: The Fleet workflow's type name (activities never import workflow classes).
+FLEET_WORKFLOW = "Fleet"
+#: The Fleet's signal that carries an ``IsolationRequest``.
+REQUEST_SIGNAL = "request_isolation"
+
+
+class ResumeNodeInput(Frozen):
+    node: str
+    expected_reason: str
+    """Resume only while the node still carries exactly this (Rebound's) drain reason."""
+
+
+class ResumeNodeResult(Frozen):
+    node: str
+    resumed: bool
+    verified_at: datetime
+    detail: str = ""
+
+
+class FleetActivities:
+    """Bound to a Temporal client (to reach the Fleet) and the scheduler port (fresh reads, resume)."""
+
+    def __init__(
+        self, client: Client | None, scheduler: SchedulerPort, *, cluster: str, task_queue: str, policy: FleetPolicy
+    ) -> None:
+        self._client = client
+        self._scheduler = scheduler
+        self._cluster = cluster
+        self._task_queue = task_queue
+        self._policy = policy
+
+    @activity.defn(name="fleet_request_isolation")
+    async def request_isolation(self, req: IsolationRequest) -> str:
+        """Deliver ``req`` to the cluster's Fleet, starting it first if it is not running (signal-with-start).
+
+        Idempotent: the Fleet answers a repeated request id with the decision it already made.
+        """
+        if self._client is None:
+            raise ReboundError(FailureKind.CONFIGURATION, "this worker has no Temporal client for the Fleet")
+        wf_id = fleet_workflow_id(self._cluster)
+        try:
+            await self._client.start_workflow(
+                FLEET_WORKFLOW,
+                FleetInput(cluster=self._cluster, policy=self._policy),
+                id=wf_id,
+                task_queue=self._task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                start_signal=REQUEST_SIGNAL,
+                start_signal_args=[req],
+                search_attributes=TypedSearchAttributes([SearchAttributePair(CLUSTER, self._cluster)]),
+                static_summary=f"Rebound Fleet of {self._cluster}: node quarantine, breaker, approvals",
+            )
+        except RPCError as e:
+            raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, f"signalling {wf_id}: {e.message}") from e
+        return wf_id
+
+    @activity.defn(name="fleet_cluster_view")
+    async def cluster_view(self) -> ClusterSnapshot:
+        """A fresh read of every node and job (the Fleet decides against it, never against a cached one)."""
+        with classified_errors():
+            return await self._scheduler.snapshot()
+
+    @activity.defn(name="fleet_resume_node")
+    async def resume_node(self, inp: ResumeNodeInput) -> ResumeNodeResult:
+        """Resume a node Rebound drained; refuse (no error) when its reason is no longer exactly Rebound's."""
+        with classified_errors():
+            node = await self._scheduler.get_node(inp.node)
+            if node is None:
+                return ResumeNodeResult(node=inp.node, resumed=False, verified_at=_now(), detail="unknown node")
+            if not node.is_drained:
+                return ResumeNodeResult(node=inp.node, resumed=True, verified_at=_now(), detail="not drained")
+            if node.reason != inp.expected_reason:
+                return ResumeNodeResult(
+                    node=inp.node, resumed=False, verified_at=_now(), detail=f"reason is now {node.reason!r}: not ours"
+                )
+            try:
+                await self._scheduler.resume_node(inp.node, expected_reason=inp.expected_reason)
+            except ReboundError as e:
+                if e.kind is FailureKind.NOT_OWNED:
+                    return ResumeNodeResult(node=inp.node, resumed=False, verified_at=_now(), detail=str(e))
+                raise
+            after = await self._scheduler.get_node(inp.node)
+            if after is not None and after.is_drained:
+                raise ReboundError(FailureKind.SCHEDULER_BUSY, f"resume of {inp.node} not visible yet")
+        return ResumeNodeResult(node=inp.node, resumed=True, verified_at=_now(), detail="returned to service")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,176 @@
+"""``rebound approve|reject|mode|breaker|nodes``: operators steer the cluster's Fleet through workflow updates.
+
+Every command names the operator (``--as NAME``, default ``$REBOUND_OPERATOR`` or ``$USER``); the Fleet's update
+validators check it against ``fleet.operators`` and refuse anyone else (exit code 5, nothing changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from typing import Any
+
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from workers.settings import Settings
+from workflows.constants import fleet_workflow_id
+from workflows.domain.errors import FailureKind, ReboundError
+from workflows.domain.fleet import (
+    Approval,
+    ApprovalAnswer,
+    ApprovalOutcome,
+    BreakerStatus,
+    FleetMode,
+    FleetStatus,
+    ModeChange,
+)
+
+__all__ = ["EXIT_REFUSED", "add_fleet_parsers", "fleet_status", "reset_breaker", "run_fleet_command"]
+
+#: The Fleet refused the request (not an operator, unknown or already decided approval).
+EXIT_REFUSED = 5
+_COMMANDS = ("approve", "reject", "mode", "breaker", "nodes")
+
+
+def add_fleet_parsers(sub: Any) -> None:
+    """Add the operator commands to the ``rebound`` subcommands."""
+
+    def operator(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--as", dest="operator", default=None, help="operator name (default $REBOUND_OPERATOR, $USER)")
+
+    for verb, what in (("approve", "approve a pending action"), ("reject", "reject a pending action")):
+        p = sub.add_parser(verb, help=f"{what} (ids: `rebound nodes`, or ReboundPendingApproval in the UI)")
+        p.add_argument("approval_id")
+        p.add_argument("--note", default="", help="why (kept with the approval)")
+        operator(p)
+    m = sub.add_parser("mode", help="show or switch Rebound's mode: observe, canary (one partition), act")
+    m.add_argument("mode", nargs="?", choices=[x.value for x in FleetMode])
+    m.add_argument("--partition", default="", help="canary: the one partition Rebound acts on")
+    operator(m)
+    b = sub.add_parser("breaker", help="show the drain breaker, or reset it")
+    b.add_argument("action", nargs="?", choices=["reset"])
+    operator(b)
+    n = sub.add_parser("nodes", help="quarantine state of every node Rebound knows, pending approvals, breaker")
+    n.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def is_fleet_command(command: str) -> bool:
+    return command in _COMMANDS
+
+
+def _operator(args: argparse.Namespace) -> str:
+    return str(getattr(args, "operator", None) or os.environ.get("REBOUND_OPERATOR") or getpass.getuser())
+
+
+async def run_fleet_command(settings: Settings, args: argparse.Namespace) -> int:
+    """Dispatch one operator command; returns the exit code."""
+    from workers.cli import print_json
+    from workers.client import connect
+
+    client = await connect(settings.temporal)
+    try:
+        if args.command in ("approve", "reject"):
+            answer = ApprovalAnswer(
+                approval_id=args.approval_id,
+                operator=_operator(args),
+                approve=args.command == "approve",
+                note=args.note,
+            )
+            approval = await _update(client, settings, "answer_approval", answer, Approval)
+            print(f"{approval.id}: {approval.outcome.value} by {approval.decided_by} ({approval.kind.value} "
+                  f"{', '.join(approval.nodes) or 'job ' + str(approval.request.job_id)})")  # fmt: skip
+            return 0
+        if args.command == "mode" and args.mode:
+            change = ModeChange(mode=FleetMode(args.mode), canary_partition=args.partition, operator=_operator(args))
+            st = await _update(client, settings, "set_mode", change, FleetStatus)
+            print(_mode_line(st))
+            return 0
+        if args.command == "breaker" and args.action == "reset":
+            br = await reset_breaker(client, settings, _operator(args))
+            print(f"breaker reset: {br.drained_in_window}/{br.cap} drains count now")
+            return 0
+        st = await fleet_status(client, settings)
+        if getattr(args, "json", False):
+            print_json(st.model_dump(mode="json"))
+        elif args.command == "mode":
+            print(_mode_line(st))
+        elif args.command == "breaker":
+            print(_breaker_line(st.breaker))
+        else:
+            print(format_nodes(st))
+        return 0
+    except _Refused as e:
+        print(f"rebound: refused: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+
+
+class _Refused(Exception):
+    pass
+
+
+async def fleet_status(client: Client, settings: Settings) -> FleetStatus:
+    """The Fleet's ``status`` query."""
+    handle = client.get_workflow_handle(fleet_workflow_id(settings.cluster_name))
+    try:
+        status: FleetStatus = await handle.query("status", result_type=FleetStatus)
+    except RPCError as e:
+        raise _not_running(settings, e) from e
+    return status
+
+
+async def reset_breaker(client: Client, settings: Settings, operator: str) -> BreakerStatus:
+    """Reset the Fleet's drain breaker as ``operator`` (tests and the benchmark use it between runs)."""
+    status: BreakerStatus = await _update(client, settings, "reset_breaker", operator, BreakerStatus)
+    return status
+
+
+async def _update(client: Client, settings: Settings, name: str, arg: Any, result_type: type[Any]) -> Any:
+    handle = client.get_workflow_handle(fleet_workflow_id(settings.cluster_name))
+    try:
+        return await handle.execute_update(name, arg, result_type=result_type)
+    except WorkflowUpdateFailedError as e:
+        raise _Refused(str(e.cause.message if hasattr(e.cause, "message") else e.cause)) from e
+    except RPCError as e:
+        raise _not_running(settings, e) from e
+
+
+def _not_running(settings: Settings, e: RPCError) -> ReboundError:
+    if e.status is RPCStatusCode.NOT_FOUND:
+        return ReboundError(
+            FailureKind.JOB_NOT_FOUND,
+            f"no Fleet for cluster {settings.cluster_name!r}: is a worker running (`rebound worker`)?",
+        )
+    return ReboundError(FailureKind.TEMPORAL_UNREACHABLE, f"Fleet of {settings.cluster_name}: {e.message}")
+
+
+def _mode_line(st: FleetStatus) -> str:
+    mode = st.state.mode.value
+    return f"mode: {mode}" + (f" (canary partition {st.state.canary_partition})" if mode == "canary" else "")
+
+
+def _breaker_line(br: BreakerStatus) -> str:
+    state = "OPEN: further drains wait for approval" if br.open else "closed"
+    return f"breaker: {br.drained_in_window}/{br.cap} drains in the window, {state}"
+
+
+def format_nodes(st: FleetStatus) -> str:
+    """Nodes, approvals and breaker as a readable table."""
+    lines = [_mode_line(st), _breaker_line(st.breaker), ""]
+    lines.append(f"{'node':<10} {'state':<9} {'since':<20} {'incidents':>9}  reason")
+    for name in sorted(st.state.nodes):
+        r = st.state.nodes[name]
+        since = f"{r.since:%Y-%m-%d %H:%M:%S}" if r.since else "-"
+        lines.append(f"{name:<10} {r.state.value:<9} {since:<20} {len(r.incidents):>9}  {r.reason[:70]}")
+    pending = [a for a in st.state.approvals if a.outcome is ApprovalOutcome.PENDING]
+    lines.append("")
+    lines.append(f"pending approvals: {len(pending)}")
+    for a in pending:
+        what = ", ".join(a.nodes) if a.nodes else f"restart of job {a.request.job_id}"
+        lines.append(
+            f"  {a.id}  {a.kind.value:<7} {what}  (job {a.request.job_id}, {a.request.cause}, "
+            f"deadline {a.deadline:%H:%M:%S}): {'; '.join(a.reasons)[:120]}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,327 @@
+"""Fleet: the cluster's single writer of node quarantine (id ``rebound/{cluster}/fleet``).
+
+Every JobRecovery asks the Fleet (signal ``request_isolation``) before anything touches a node or restarts a
+job, and waits for its answer (signal ``isolation_decided`` back). The Fleet applies, in one place and in order:
+the mode (observe, canary, act), drains by others (evidence, never touched), cross-job correlation (many nodes
+failing together across jobs: an operator decides), the approval policy (low confidence, protected partitions,
+the Nth restart of a job), and the breaker (a cap on Rebound's drains per window). Drains it may do, it does and
+verifies; the rest wait for an operator (update ``answer_approval``; ``rebound approve|reject``) until the
+policy's deadline. Drained nodes get a health check from their node agent and return to service, or are held for
+repair (failed check, or a lemon: too many incidents). Decisions live in ``workflows.policy.fleet``; this class
+sequences and records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    import workflows.policy.fleet as policy
+    from activities.fleet import FleetActivities, ResumeNodeInput
+    from activities.gpu.activities import GpuActivities
+    from activities.slurm.actions import SlurmActionActivities
+    from workflows.constants import PENDING_APPROVAL, node_task_queue
+    from workflows.domain.fleet import (
+        Approval,
+        ApprovalAnswer,
+        ApprovalKind,
+        ApprovalOutcome,
+        BreakerStatus,
+        FleetInput,
+        FleetState,
+        FleetStatus,
+        IsolationDecision,
+        IsolationRequest,
+        ModeChange,
+        NodeLifecycle,
+        NodeRecord,
+    )
+    from workflows.domain.gpu import NodeHealthCheckInput, NodeHealthCheckResult
+    from workflows.domain.loop import DrainInput
+    from workflows.domain.slurm import ClusterSnapshot
+    from workflows.options import CLUSTER_ACTION, NODE_AGENT_QUICK_READ, SCHEDULER_READ
+
+#: The JobRecovery signal that carries the Fleet's answer.
+DECISION_SIGNAL = "isolation_decided"
+#: Wake up at least this often to expire approvals and run health checks.
+_MAX_SLEEP_S = 60.0
+
+
+@workflow.defn(name="Fleet")
+class FleetWorkflow:
+    """Node quarantine for one cluster, with the breaker, the modes and the approvals in its state."""
+
+    @workflow.init
+    def __init__(self, inp: FleetInput) -> None:
+        self._inp = inp
+        self._policy = inp.policy
+        self._state = inp.carried or FleetState(
+            cluster=inp.cluster, mode=inp.policy.mode, canary_partition=inp.policy.canary_partition
+        )
+        self._queue: list[IsolationRequest] = []
+        self._answered = 0  # bumps on every operator answer, so the loop wakes up
+        self._cluster_nodes = 0
+        self._published: list[str] | None = None
+
+    # ----- messages --------------------------------------------------------------------------------------------
+    @workflow.signal(description="A JobRecovery asks whether it may drain these nodes and restart its job.")
+    def request_isolation(self, req: IsolationRequest) -> None:
+        if all(r.request_id != req.request_id for r in self._queue):
+            self._queue.append(req)
+
+    @workflow.query(description="Nodes, breaker, mode, pending and recent approvals, recent decisions.")
+    def status(self) -> FleetStatus:
+        return FleetStatus(state=self._state, breaker=self._breaker(), policy=self._policy)
+
+    @workflow.update(description="An operator approves or rejects a pending action (rebound approve|reject).")
+    def answer_approval(self, answer: ApprovalAnswer) -> Approval:
+        self._state = policy.answer_approval(self._state, answer, workflow.now())
+        self._answered += 1
+        found = next(a for a in self._state.approvals if a.id == answer.approval_id)
+        return found
+
+    @answer_approval.validator
+    def _validate_answer(self, answer: ApprovalAnswer) -> None:
+        error = policy.validate_answer(self._state, answer, self._policy)
+        if error:
+            raise ValueError(error)
+
+    @workflow.update(description="Switch between observe, canary (one partition) and act (rebound mode).")
+    def set_mode(self, change: ModeChange) -> FleetStatus:
+        self._state = self._state.model_copy(
+            update={"mode": change.mode, "canary_partition": change.canary_partition or self._state.canary_partition}
+        )
+        self._answered += 1
+        return self.status()
+
+    @set_mode.validator
+    def _validate_mode(self, change: ModeChange) -> None:
+        if self._policy.operators and change.operator not in self._policy.operators:
+            raise ValueError(f"{change.operator or 'an anonymous caller'} is not an operator of this cluster")
+        if change.mode.value == "canary" and not (change.canary_partition or self._state.canary_partition):
+            raise ValueError("canary mode needs a partition (--partition)")
+
+    @workflow.update(description="Reset the drain breaker: earlier drains no longer count toward the cap.")
+    def reset_breaker(self, operator: str) -> BreakerStatus:
+        self._state = self._state.model_copy(update={"breaker_reset_at": workflow.now()})
+        self._answered += 1
+        return self._breaker()
+
+    @reset_breaker.validator
+    def _validate_reset(self, operator: str) -> None:
+        if self._policy.operators and operator not in self._policy.operators:
+            raise ValueError(f"{operator or 'an anonymous caller'} is not an operator of this cluster")
+
+    # ----- the loop ----------------------------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, inp: FleetInput) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):  # a timeout is the periodic look at deadlines and checks
+                await workflow.wait_condition(self._woken(self._answered), timeout=self._sleep_s())
+            await self._apply_answers()
+            await self._expire_approvals()
+            while self._queue:
+                await self._handle(self._queue.pop(0))
+            await self._health_checks()
+            self._publish_pending()
+            if workflow.info().is_continue_as_new_suggested() and not self._queue:
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self._inp.model_copy(update={"carried": self._state}))
+
+    async def _handle(self, req: IsolationRequest) -> None:
+        done = policy.find_decision(self._state, req.request_id)
+        if done is not None:
+            await self._reply(req, done)  # a retried request: the same answer again
+            return
+        view = await self._view()
+        now = workflow.now()
+        self._state = policy.sync_with_view(self._state, view, now)
+        self._state = policy.note_incident(self._state, req, now, self._policy)
+        verdict = policy.decide_isolation(self._state, req, self._policy, view, now)
+        reasons = list(verdict.reasons)
+        drained: list[str] = []
+        approvals: list[str] = []
+        if verdict.act:
+            for node in verdict.drain:
+                if await self._drain(node, req, view):
+                    drained.append(node)
+            if verdict.hold:
+                self._state, approval = policy.open_approval(
+                    self._state, ApprovalKind.DRAIN, req, verdict.hold, verdict.reasons, self._policy, now
+                )
+                approvals.append(approval.id)
+        decision = IsolationDecision(
+            request_id=req.request_id,
+            mode=self._state.mode,
+            act=verdict.act,
+            drained=tuple(drained),
+            exclude=verdict.exclude if verdict.act else (),
+            approvals=tuple(approvals),
+            reasons=tuple(reasons),
+            decided_at=workflow.now(),
+        )
+        if verdict.act and verdict.restart_needs_approval:
+            self._state, approval = policy.open_approval(
+                self._state, ApprovalKind.RESTART, req, (), (f"restart {req.restart_number} of job {req.job_id}",),
+                self._policy, now,
+            )  # fmt: skip
+            self._state = policy.remember_decision(
+                self._state, decision.model_copy(update={"approvals": (*decision.approvals, approval.id)})
+            )
+            return  # answered once an operator decides (or the deadline applies the default)
+        self._state = policy.remember_decision(self._state, decision)
+        await self._reply(req, decision)
+
+    async def _drain(self, node: str, req: IsolationRequest, view: ClusterSnapshot) -> bool:
+        """Drain one node for ``req`` (recorded first, verified by a fresh read); False if someone else holds it."""
+        reason = f"rebound: {req.incident} {req.cause}"
+        key = f"{workflow.info().workflow_id}/{req.request_id}/drain-{node}"
+        record = self._state.nodes.get(node)
+        self._state = self._state.model_copy(
+            update={
+                "nodes": {
+                    **self._state.nodes,
+                    node: (record or NodeRecord(node=node, since=workflow.now())).model_copy(
+                        update={"state": NodeLifecycle.DRAINING, "since": workflow.now(), "reason": reason}
+                    ),
+                }
+            }
+        )
+        done = await workflow.execute_activity_method(
+            SlurmActionActivities.drain_node,
+            DrainInput(node=node, reason=reason, key=key),
+            summary=f"Drain {node}: {req.cause} (job {req.job_id})",
+            **CLUSTER_ACTION,
+        )
+        slurm_node = view.node(node)
+        partitions = slurm_node.partitions if slurm_node is not None else ()
+        if not done.drained_by_us:
+            self._state = policy.sync_with_view(self._state, await self._view(), workflow.now())
+            return False
+        self._state = policy.after_drain(self._state, node, reason, req, partitions, workflow.now(), self._policy)
+        return True
+
+    async def _apply_answers(self) -> None:
+        """Carry out what operators (or deadlines) decided since the last look, each answer exactly once."""
+        for approval in list(self._state.approvals):
+            if approval.applied is None or approval.outcome is ApprovalOutcome.PENDING or approval.carried_out:
+                continue
+            self._mark_carried_out(approval.id)
+            if approval.kind is ApprovalKind.RESTART:
+                await self._answer_restart(approval.request, approval)
+            elif approval.applied is ApprovalOutcome.APPROVED:
+                view = await self._view()
+                for node in approval.nodes:
+                    await self._drain(node, approval.request, view)
+
+    def _mark_carried_out(self, approval_id: str) -> None:
+        self._state = self._state.model_copy(
+            update={
+                "approvals": tuple(
+                    a.model_copy(update={"carried_out": True}) if a.id == approval_id else a
+                    for a in self._state.approvals
+                )
+            }
+        )
+
+    async def _answer_restart(self, req: IsolationRequest, approval: Approval) -> None:
+        allowed = approval.applied is ApprovalOutcome.APPROVED
+        earlier = policy.find_decision(self._state, req.request_id)
+        base = earlier or IsolationDecision(request_id=req.request_id, mode=self._state.mode, act=True)
+        decision = base.model_copy(
+            update={
+                "restart_allowed": allowed,
+                "reasons": (
+                    *base.reasons,
+                    f"restart {'approved' if allowed else 'rejected'} by {approval.decided_by or 'the policy default'}",
+                ),
+                "decided_at": workflow.now(),
+            }
+        )
+        self._state = policy.remember_decision(self._state, decision)
+        await self._reply(req, decision)
+
+    async def _expire_approvals(self) -> None:
+        self._state, expired = policy.expire_approvals(self._state, self._policy, workflow.now())
+        if expired:
+            self._answered += 1
+            await self._apply_answers()
+
+    async def _health_checks(self) -> None:
+        for node in policy.health_checks_due(self._state, self._policy, workflow.now()):
+            record = self._state.nodes[node]
+            checking = record.model_copy(update={"state": NodeLifecycle.CHECKING})
+            self._state = self._state.model_copy(update={"nodes": {**self._state.nodes, node: checking}})
+            try:
+                result: NodeHealthCheckResult = await workflow.execute_activity_method(
+                    GpuActivities.health_check,
+                    NodeHealthCheckInput(since=record.drained_at),
+                    task_queue=node_task_queue(node),
+                    summary=f"Health check of drained node {node}",
+                    **NODE_AGENT_QUICK_READ,
+                )
+                healthy, detail = result.healthy, result.detail
+            except ActivityError as e:
+                healthy, detail = False, f"node agent did not answer: {e.cause or e}"
+            view = await self._view()
+            self._state, resume = policy.after_health_check(
+                self._state, node, healthy, detail, self._policy, workflow.now(), view
+            )
+            if resume:
+                done = await workflow.execute_activity_method(
+                    FleetActivities.resume_node,
+                    ResumeNodeInput(node=node, expected_reason=record.drain_reason),
+                    summary=f"Return {node} to service: {detail[:60]}",
+                    **CLUSTER_ACTION,
+                )
+                if not done.resumed:
+                    self._state = policy.sync_with_view(self._state, await self._view(), workflow.now())
+
+    # ----- helpers -------------------------------------------------------------------------------------------------
+    def _woken(self, seen: int) -> Callable[[], bool]:
+        return lambda: bool(self._queue) or self._answered != seen
+
+    async def _view(self) -> ClusterSnapshot:
+        view: ClusterSnapshot = await workflow.execute_activity_method(
+            FleetActivities.cluster_view, summary="Read every node and job (fresh)", **SCHEDULER_READ
+        )
+        self._cluster_nodes = len(view.nodes)
+        return view
+
+    async def _reply(self, req: IsolationRequest, decision: IsolationDecision) -> None:
+        handle = workflow.get_external_workflow_handle(req.reply_to)
+        try:
+            await handle.signal(DECISION_SIGNAL, decision)
+        except (ApplicationError, ActivityError) as e:  # the JobRecovery ended meanwhile: nobody to tell
+            workflow.logger.info("decision %s not delivered to %s: %s", req.request_id, req.reply_to, e)
+
+    def _breaker(self) -> BreakerStatus:
+        return policy.breaker_status(self._state, self._policy, self._cluster_nodes, workflow.now())
+
+    def _sleep_s(self) -> float:
+        now = workflow.now()
+        waits = [
+            (a.deadline - now).total_seconds() for a in self._state.approvals if a.outcome is ApprovalOutcome.PENDING
+        ]
+        for record in self._state.nodes.values():
+            if record.state is NodeLifecycle.DRAINED and record.drained_at is not None:
+                due = record.drained_at + timedelta(seconds=self._policy.health_check_after_s)
+                waits.append((due - now).total_seconds())
+        return max(0.5, min([_MAX_SLEEP_S, *waits]))
+
+    def _publish_pending(self) -> None:
+        """Pending approval ids in the UI's search attribute (``ReboundPendingApproval = "a-3"``; unset when none)."""
+        pending = [a.id for a in self._state.approvals if a.outcome is ApprovalOutcome.PENDING]
+        if pending == self._published:
+            return
+        self._published = pending
+        update = PENDING_APPROVAL.value_set(",".join(pending)) if pending else PENDING_APPROVAL.value_unset()
+        workflow.upsert_search_attributes([update])
+
+
+__all__ = ["DECISION_SIGNAL", "FleetWorkflow"]
