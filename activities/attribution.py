@@ -15,7 +15,7 @@ from activities.watch import LogPolicy, log_patterns, to_findings, unresponsive
 from workflows.domain.incident import Attribution, LogFinding
 from workflows.domain.loop import AttributeInput, AttributeResult
 from workflows.domain.slurm import ClusterSnapshot
-from workflows.policy.attribution import AttributionFacts, attribute, block_rank_layout
+from workflows.policy.attribution import AttributionFacts, attribute, rank_layout
 
 #: Attributions that rest on silence alone: worth waiting for the scheduler's word on the nodes.
 _WEAK_CAUSES = frozenset({"ranks-vanished"})
@@ -77,7 +77,7 @@ class AttributionActivities:
         since = inp.anomaly.observed_at - timedelta(minutes=5)
         facts = AttributionFacts(
             job_nodes=nodes,
-            rank_nodes=block_rank_layout(nodes, inp.task_count),
+            rank_nodes=rank_layout(nodes, inp.task_count, findings),
             findings=findings,
             gpu_events=[e for e in inp.gpu_events if e.observed_at is None or e.observed_at >= since],
             unresponsive_nodes=persistence.confirmed(),

@@ -281,7 +281,10 @@ class WatchActivities:
                 )
             # Until the successor runs, new lines are the previous attempt's last words (its peers' tracebacks,
             # srun's summary): they belong to the incident being recovered, not to a new one.
-            if (current and job.state.is_failure()) or (restarted and to_findings(scan(lines))):
+            # Only a culprit's line proves the successor failed: "Terminated" victims' lines are the old attempt
+            # being stopped (they can arrive after a successor that started at once is already running).
+            fresh = [f for f in to_findings(scan(lines)) if f.culprit and _is_new(f.at, restarted, inp)]
+            if (current and job.state.is_failure()) or (restarted and fresh):
                 return WaitResumeResult(outcome=ResumeOutcome.FAILED_AGAIN, observed_at=now, offsets=offsets, job=job)
             await asyncio.sleep(inp.poll_interval_s)
 

@@ -1,6 +1,7 @@
 """The ``rebound`` command line: run the worker and node agents, drive the lab, look at monitored jobs.
 
-Exit codes: 0 success, 1 failure, 2 usage error, 3 Temporal unreachable, 4 not found.
+Exit codes: 0 success, 1 failure, 2 usage error, 3 Temporal unreachable, 4 not found, 5 refused (not an operator,
+approval not pending).
 """
 
 from __future__ import annotations
@@ -45,12 +46,17 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="machine-readable output")
 
     from deploy.local.cli import add_lab_parser
+    from workers.audit_cli import add_audit_parser
     from workers.bench import add_bench_parser
     from workers.diagnose_cli import add_diagnose_parser
 
     add_lab_parser(sub)
     add_bench_parser(sub)
     add_diagnose_parser(sub)
+    add_audit_parser(sub)
+    from workers.fleet_cli import add_fleet_parsers
+
+    add_fleet_parsers(sub)
     return p
 
 
@@ -66,6 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from workers.bench.detection import run_detection_command
 
             return run_detection_command(args)
+        if args.command == "bench" and args.bench_command == "attribution":
+            from workers.bench.attribution import run_attribution_command
+
+            return run_attribution_command(args)
         if args.command == "bench":
             from workers.bench.recovery import run_bench_command
 
@@ -79,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "settings":
             print(settings.model_dump_json(indent=2))
             return EXIT_OK
+        if args.command == "audit":
+            from workers.audit_cli import run_audit_command
+
+            return run_audit_command(settings, args)
         if args.command == "worker":
             from workers.worker import run_worker
 
@@ -99,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_async(lambda: jobs_cli.timeline(settings, args.job_id, as_json=args.json))
         if args.command == "status":
             return _run_async(lambda: jobs_cli.status(settings, args.job_id, as_json=args.json))
+        from workers.fleet_cli import is_fleet_command, run_fleet_command
+
+        if is_fleet_command(args.command):
+            return _run_async(lambda: run_fleet_command(settings, args))
     except ReboundError as e:
         print(f"rebound: {e.message}", file=sys.stderr)
         return exit_code_for(e.kind)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Sequence
 
-from temporalio.client import Client
+from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
 from workers.settings import TemporalSettings
@@ -25,8 +27,17 @@ def tls_config(settings: TemporalSettings) -> TLSConfig | bool:
     )
 
 
-async def connect(settings: TemporalSettings, *, identity: str | None = None) -> Client:
+async def connect(
+    settings: TemporalSettings,
+    *,
+    identity: str | None = None,
+    runtime: Runtime | None = None,
+    interceptors: Sequence[Interceptor] = (),
+) -> Client:
     """Connect with the pydantic data converter (workers inherit it from the client).
+
+    ``runtime`` and ``interceptors`` come from ``workers.telemetry.install_telemetry`` (metrics exporter, tracing);
+    workers built from the client inherit the interceptors too.
 
     Raises:
         ReboundError: TEMPORAL_UNREACHABLE when the frontend does not answer in time, CONFIGURATION when a
@@ -45,6 +56,8 @@ async def connect(settings: TemporalSettings, *, identity: str | None = None) ->
                 tls=tls,
                 data_converter=pydantic_data_converter,
                 identity=identity or f"rebound@{socket.gethostname()}",
+                runtime=runtime,
+                interceptors=interceptors,
             ),
             timeout=settings.connect_timeout_s,
         )

@@ -20,6 +20,7 @@ from workers.client import connect
 from workers.gpu_push import push_gpu_events
 from workers.lifecycle import stop_on_signals
 from workers.settings import Settings
+from workers.telemetry import install_telemetry
 from workers.wiring import build_scheduler
 from workflows.constants import node_task_queue
 from workflows.domain.errors import FailureKind, ReboundError
@@ -39,7 +40,17 @@ async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) 
     """Serve this node's activities until stopped."""
     stop = stop or stop_on_signals()
     node = node_name(settings)
-    client = await connect(settings.temporal, identity=f"rebound-agent@{node}")
+    telemetry = install_telemetry(settings, role="node_agent")
+    try:
+        client = await connect(
+            settings.temporal,
+            identity=f"rebound-agent@{node}",
+            runtime=telemetry.runtime,
+            interceptors=telemetry.interceptors,
+        )
+    except BaseException:
+        telemetry.shutdown()
+        raise
     source = NvmlSource(host=node)
     try:
         # Open now, not on the first read: the event thread must be listening before the first fault happens.
@@ -56,7 +67,7 @@ async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) 
         async with Worker(
             client,
             task_queue=queue,
-            activities=[gpu.read_gpu_health, procs.rank_processes, procs.dump_stacks],
+            activities=[gpu.read_gpu_health, gpu.health_check, procs.rank_processes, procs.dump_stacks],
             graceful_shutdown_timeout=timedelta(seconds=5),
         ):
             log.info("node agent for %s polling %s", node, queue)
@@ -65,3 +76,4 @@ async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) 
         stop.set()
         await pusher
         source.close()
+        telemetry.shutdown()

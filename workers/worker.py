@@ -9,21 +9,27 @@ from datetime import timedelta
 from temporalio.worker import Worker
 
 from activities.attribution import AttributionActivities
+from activities.notify import NotifyActivities
 from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.activities import SlurmActivities
 from activities.watch import LogPolicy, WatchActivities
+from workers.audit_schedule import build_audit_activities, start_audit_schedule
 from workers.client import connect
 from workers.discovery import build_discovery_activities, start_cluster_watch
+from workers.fleet import build_fleet_activities, start_fleet
 from workers.lifecycle import stop_on_signals
 from workers.settings import Settings
+from workers.telemetry import Telemetry, install_telemetry
 from workers.wiring import build_gpu_activities, build_scheduler, build_snapshot_cache
+from workflows.audit import AuditWorkflow
 from workflows.cluster_watch import ClusterWatchWorkflow
+from workflows.fleet import FleetWorkflow
 from workflows.job_recovery import JobRecoveryWorkflow
 from workflows.node_gpu_health import NodeGpuHealthWorkflow
 
 log = logging.getLogger("rebound.worker")
 
-WORKFLOWS = [JobRecoveryWorkflow, NodeGpuHealthWorkflow, ClusterWatchWorkflow]
+WORKFLOWS = [JobRecoveryWorkflow, NodeGpuHealthWorkflow, ClusterWatchWorkflow, AuditWorkflow, FleetWorkflow]
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
@@ -32,7 +38,21 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     A graceful shutdown matters: after a SIGKILL the next worker waits ~10 s per cached workflow.
     """
     stop = stop or stop_on_signals()
-    client = await connect(settings.temporal, identity=f"rebound-worker@{settings.cluster_name}")
+    telemetry = install_telemetry(settings, role="worker")
+    try:
+        await _serve(settings, stop, telemetry)
+    finally:
+        telemetry.shutdown()
+    log.info("worker stopped")
+
+
+async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) -> None:
+    client = await connect(
+        settings.temporal,
+        identity=f"rebound-worker@{settings.cluster_name}",
+        runtime=telemetry.runtime,
+        interceptors=telemetry.interceptors,
+    )
     scheduler = build_scheduler(settings.slurm)
     slurm = SlurmActivities(scheduler)
     # Opt-in discovery. `snapshots` is the worker's one shared snapshot cache: every watcher must use this object.
@@ -42,6 +62,13 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     watch = WatchActivities(snapshots, logs)
     attribution = AttributionActivities(scheduler, logs)
     actions = SlurmActionActivities(scheduler)
+    notify = NotifyActivities(
+        settings.notify.webhook_url,
+        timeout_s=settings.notify.timeout_s,
+        max_attempts=settings.notify.max_attempts,
+        kinds=settings.notify.kinds,
+        ui_base_url=settings.notify.ui_base_url,
+    )
     worker = Worker(
         client,
         task_queue=settings.temporal.task_queue,
@@ -54,14 +81,18 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
             attribution.attribute_failure,
             actions.drain_node,
             actions.requeue_job,
+            notify.notify_webhook,
             *discovery,
             *build_gpu_activities(settings.gpu),
+            *build_audit_activities(client, settings),
+            *build_fleet_activities(client, scheduler, settings),
         ],
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
     log.info("worker polling %s on %s", settings.temporal.task_queue, settings.temporal.address)
     async with worker:
+        await start_fleet(client, settings)
         if settings.watch.enabled:
             await start_cluster_watch(client, settings)
+        await start_audit_schedule(client, settings)
         await stop.wait()
-    log.info("worker stopped")

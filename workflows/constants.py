@@ -25,6 +25,21 @@ def cluster_watch_workflow_id(cluster: str) -> str:
     return f"rebound/{cluster}/watch"
 
 
+def fleet_workflow_id(cluster: str) -> str:
+    """Business key of the cluster's ``Fleet`` workflow: the single writer of node quarantine."""
+    return f"rebound/{cluster}/fleet"
+
+
+def audit_schedule_id(cluster: str) -> str:
+    """The cluster's audit Schedule; its workflows are ``<this>-<scheduled time>`` (the server appends the time)."""
+    return f"rebound/{cluster}/audit"
+
+
+def audit_ondemand_workflow_id(cluster: str, stamp: str) -> str:
+    """An audit started by ``rebound audit``: two started in the same second share one run."""
+    return f"rebound/{cluster}/audit-ondemand-{stamp}"
+
+
 # Custom search attributes. The SQLite visibility store allows at most 10 Keyword, 3 Int and 3 Text per
 # namespace, so every one here is deliberate. The lab registers them at server start (see deploy/local).
 JOB_ID = SearchAttributeKey.for_keyword("ReboundJobId")

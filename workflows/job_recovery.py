@@ -17,12 +17,22 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.attribution import AttributionActivities
+    from activities.fleet import FleetActivities
     from activities.gpu.activities import GpuActivities
     from activities.procs.activities import ProcsActivities
     from activities.slurm.actions import SlurmActionActivities
     from activities.slurm.activities import SlurmActivities
     from activities.watch import WatchActivities
-    from workflows.constants import CAUSE, IMPLICATED_NODES, JOB_ID, RECOVERY_STATE, RESTART_COUNT, node_task_queue
+    from workflows.constants import (
+        CAUSE,
+        IMPLICATED_NODES,
+        JOB_ID,
+        RECOVERY_STATE,
+        RESTART_COUNT,
+        fleet_workflow_id,
+        node_task_queue,
+    )
+    from workflows.domain.fleet import FleetMode, IsolationDecision, IsolationRequest
     from workflows.domain.gpu import GpuEvent, GpuHealthReport, NvmlReadGpuHealthInput
     from workflows.domain.incident import (
         ActionKind,
@@ -37,7 +47,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.domain.loop import (
         AttributeInput,
         AttributeResult,
-        DrainInput,
         JobWatchInput,
         RequeueInput,
         ResumeOutcome,
@@ -66,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import (
         ATTRIBUTE,
         CLUSTER_ACTION,
+        FLEET_REQUEST,
         JOB_WATCH,
         NODE_AGENT_EVIDENCE,
         NODE_AGENT_QUICK_READ,
@@ -105,6 +115,8 @@ class JobRecoveryWorkflow:
         self._hang: HangVerdict | None = None
         self._stragglers: StragglerVerdict | None = None
         self._reported_stragglers: tuple[str, ...] = ()
+        # The Fleet's answers to this job's isolation requests, by request id.
+        self._decisions: dict[str, IsolationDecision] = {}
 
     # ----- messages --------------------------------------------------------------------------------------------
     @workflow.signal(description="A node agent saw a GPU fault (XID, lost GPU, DBE) on a node this job runs on.")
@@ -113,6 +125,10 @@ class JobRecoveryWorkflow:
         if key not in self._seen_gpu_events:
             self._seen_gpu_events.add(key)
             self._gpu_events.append(event)
+
+    @workflow.signal(description="The Fleet's answer: nodes it drained, nodes to exclude, whether to act at all.")
+    def isolation_decided(self, decision: IsolationDecision) -> None:
+        self._decisions[decision.request_id] = decision
 
     @workflow.query(description="Where the job is in the recovery loop, with incidents and their timeline.")
     def status(self) -> JobRecoveryStatus:
@@ -268,18 +284,25 @@ class JobRecoveryWorkflow:
                 f"restart budget spent ({self._status.restarts_used}/{self._status.restart_budget})",
             )
 
-        if attribution.implicated_nodes:
-            self._set_state(RecoveryState.ISOLATING, f"draining {', '.join(attribution.implicated_nodes)}", number)
-            for node in attribution.implicated_nodes:
-                incident = await self._drain(incident, node, attribution)
+        self._set_state(
+            RecoveryState.ISOLATING,
+            f"asking the Fleet: drain {', '.join(attribution.implicated_nodes) or 'nothing'}, restart", number
+        )  # fmt: skip
+        decision = await self._ask_fleet(incident, job, attribution)
+        incident = self._record_decision(incident, decision)
+        if not decision.act:
+            return self._observed(incident, job, decision)
+        if not decision.restart_allowed:
+            self._put_incident(incident.model_copy(update={"outcome": "restart rejected"}))
+            return self._end(RecoveryState.GAVE_UP, f"the restart was not approved: {'; '.join(decision.reasons)}")
 
         pause = backoff_s(self._status.restarts_used)
-        self._set_state(RecoveryState.RESTARTING, f"requeue excluding {','.join(attribution.implicated_nodes) or '-'}"
+        self._set_state(RecoveryState.RESTARTING, f"requeue excluding {','.join(decision.exclude) or '-'}"
                         + (f" after {pause:.0f} s backoff" if pause else ""), number)  # fmt: skip
         if pause:
             await workflow.sleep(pause, summary=f"backoff before restart {self._status.restarts_used + 1}")
         try:
-            incident = await self._requeue(incident, job, attribution, expected_restarts)
+            incident = await self._requeue(incident, job, decision.exclude, expected_restarts)
         except ActivityError as e:
             # Permanent refusals (a --no-requeue job, a job Slurm forgot): say so instead of failing the workflow.
             cause = e.cause
@@ -498,25 +521,85 @@ class JobRecoveryWorkflow:
         except ActivityError:
             return None  # a dead agent is no evidence either way; the scheduler has its own word on the node
 
-    async def _drain(self, incident: Incident, node: str, attribution: Attribution) -> Incident:
-        key = f"{workflow.info().workflow_id}/incident-{incident.number}/drain-{node}"
-        record = ActionRecord(key=key, kind=ActionKind.DRAIN, target=node, decided_at=workflow.now())
-        incident = self._put_incident(incident.model_copy(update={"actions": (*incident.actions, record)}))
-        self._record("DRAIN", f"{node} (decided, key {key})", incident.number)
-        done = await workflow.execute_activity_method(
-            SlurmActionActivities.drain_node,
-            DrainInput(node=node, reason=f"rebound: {incident.id} {attribution.cause}", key=key),
-            summary=f"Drain {node}: {attribution.cause}",
-            **CLUSTER_ACTION,
+    async def _ask_fleet(self, incident: Incident, job: SlurmJob, attribution: Attribution) -> IsolationDecision:
+        """Ask the cluster's Fleet (the single writer of quarantine) to drain the implicated nodes; wait for its answer.
+
+        No answer in time is treated as observe mode: a Rebound that cannot reach its own safety limits acts on
+        nothing rather than on everything.
+        """
+        wf_id = workflow.info().workflow_id
+        req = IsolationRequest(
+            request_id=f"{wf_id}/incident-{incident.number}",
+            reply_to=wf_id,
+            job_id=self._inp.job_id,
+            partition=job.partition,
+            incident=incident.id,
+            cause=attribution.cause,
+            failure_class=attribution.failure_class.value,
+            confidence=attribution.confidence,
+            nodes=attribution.implicated_nodes,
+            restart_number=self._status.restarts_used + 1,
+            requested_at=workflow.now(),
         )
-        verified = record.model_copy(
-            update={"verified_at": done.verified_at, "result": "drained" if done.drained_by_us else done.detail}
-        )
-        self._record("DRAINED", f"{node}: {verified.result}", incident.number)
-        return self._replace_action(incident, verified)
+        if req.request_id not in self._decisions:
+            await workflow.execute_activity_method(
+                FleetActivities.request_isolation,
+                req,
+                summary=f"Ask the Fleet: {attribution.cause} on {','.join(req.nodes) or 'no node'}",
+                **FLEET_REQUEST,
+            )
+            self._record("FLEET", f"asked (request {req.request_id})", incident.number)
+        try:
+            await workflow.wait_condition(
+                lambda: req.request_id in self._decisions, timeout=self._inp.fleet_answer_timeout_s
+            )
+        except TimeoutError:
+            return IsolationDecision(
+                request_id=req.request_id,
+                mode=FleetMode.OBSERVE,
+                act=False,
+                reasons=(f"the Fleet did not answer within {self._inp.fleet_answer_timeout_s:.0f} s",),
+            )
+        return self._decisions[req.request_id]
+
+    def _record_decision(self, incident: Incident, decision: IsolationDecision) -> Incident:
+        """The Fleet's drains as this incident's actions (verified by the Fleet), and its reasons in the timeline."""
+        fleet_id = fleet_workflow_id(self._inp.cluster)
+        at = decision.decided_at or workflow.now()
+        actions = [
+            ActionRecord(
+                key=f"{fleet_id}/{decision.request_id}/drain-{node}",
+                kind=ActionKind.DRAIN,
+                target=node,
+                decided_at=at,
+                verified_at=at,
+                result="drained by the Fleet",
+            )
+            for node in decision.drained
+            if all(a.target != node or a.kind is not ActionKind.DRAIN for a in incident.actions)
+        ]
+        incident = self._put_incident(incident.model_copy(update={"actions": (*incident.actions, *actions)}))
+        for node in decision.drained:
+            self._record("DRAINED", f"{node}: drained by the Fleet", incident.number)
+        detail = f"mode {decision.mode.value}; " + "; ".join(decision.reasons[:4])
+        if decision.approvals:
+            detail += f"; awaiting approval {', '.join(decision.approvals)} (rebound approve ID)"
+        self._record("FLEET", detail, incident.number)
+        return incident
+
+    def _observed(self, incident: Incident, job: SlurmJob, decision: IsolationDecision) -> JobRecoveryResult | None:
+        """Observe mode: the decision is recorded; nothing is drained or restarted."""
+        self._put_incident(incident.model_copy(update={"outcome": f"observed only ({decision.mode.value} mode)"}))
+        if job.state.is_terminal() or (self._status.job_state is not None and self._status.job_state.is_terminal()):
+            return self._end(RecoveryState.FINISHED, f"the job failed; {decision.mode.value} mode: not restarted")
+        # Still running (a hang, a silent fault): do not report the same silence again at once.
+        if self._progress is not None:
+            self._progress = note_restart(self._progress, workflow.now())
+        self._set_state(RecoveryState.WATCHING, f"{decision.mode.value} mode: nothing done", incident.number)
+        return None
 
     async def _requeue(
-        self, incident: Incident, job: SlurmJob, attribution: Attribution, expected_restarts: int
+        self, incident: Incident, job: SlurmJob, exclude: tuple[str, ...], expected_restarts: int
     ) -> Incident:
         key = f"{workflow.info().workflow_id}/incident-{incident.number}/requeue"
         record = ActionRecord(key=key, kind=ActionKind.REQUEUE, target=str(self._inp.job_id), decided_at=workflow.now())
@@ -528,12 +611,12 @@ class JobRecoveryWorkflow:
             SlurmActionActivities.requeue_job,
             RequeueInput(
                 job_id=self._inp.job_id,
-                exclude=attribution.implicated_nodes,
+                exclude=exclude,
                 expected_restart_count=expected_restarts,
                 previous_nodes=job.nodes or self._status.nodes,
                 key=key,
             ),
-            summary=f"Requeue job {self._inp.job_id} excluding {','.join(attribution.implicated_nodes) or 'nobody'}",
+            summary=f"Requeue job {self._inp.job_id} excluding {','.join(exclude) or 'nobody'}",
             **CLUSTER_ACTION,
         )
         verified = record.model_copy(

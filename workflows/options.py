@@ -102,6 +102,18 @@ NODE_AGENT_EVIDENCE: dict[str, Any] = {
     "retry_policy": RetryPolicy(maximum_attempts=1),
 }
 
+#: Deliver a request to the Fleet (signal-with-start): retried while Temporal is unreachable, briefly.
+FLEET_REQUEST: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(seconds=10),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(milliseconds=200),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=5),
+        maximum_attempts=20,
+        non_retryable_error_types=["CONFIGURATION"],
+    ),
+}
+
 #: ClusterWatch's discovery: one heartbeating activity that returns when opted-in jobs appear or known ones end
 #: (or after its max wait, at most 30 min). A scheduler outage is ridden out; permanent kinds stop the attempt.
 CLUSTER_DISCOVERY: dict[str, Any] = {

@@ -14,7 +14,15 @@ from temporalio import activity
 from activities.errors import classified_errors
 from activities.gpu.port import GpuSource
 from workflows.domain.errors import FailureKind, ReboundError
-from workflows.domain.gpu import GpuHealthReport, GpuSample, NvmlReadGpuHealthInput
+from workflows.domain.gpu import (
+    GpuHealthReport,
+    GpuHealthStatus,
+    GpuSample,
+    NodeHealthCheckInput,
+    NodeHealthCheckResult,
+    NvmlReadGpuHealthInput,
+)
+from workflows.policy.gpu_health import verdict_for_report
 
 __all__ = ["GpuActivities", "NvmlReadGpuHealthInput"]
 
@@ -43,6 +51,29 @@ class GpuActivities:
         """
         with classified_errors():
             return await asyncio.to_thread(self._read, params.event_cursor)
+
+    @activity.defn(name="node_health_check")
+    async def health_check(self, params: NodeHealthCheckInput) -> NodeHealthCheckResult:
+        """The node's fitness after a drain: every GPU read now, events since ``params.since``, one verdict.
+
+        This is the quarantine's health check: run by the node's own agent, so it needs no job slot on a drained
+        node (Slurm places no job there) and sees exactly what a job would.
+        """
+        from activities.gpu.xid_catalog import default_xid_catalog
+
+        with classified_errors():
+            report = await asyncio.to_thread(self._read, 0)
+        since = params.since
+        recent = tuple(e for e in report.events if since is None or e.observed_at is None or e.observed_at >= since)
+        report = report.model_copy(update={"events": recent})
+        verdict = verdict_for_report(report, catalog=default_xid_catalog(), source="nvml")
+        if report.error:
+            return NodeHealthCheckResult(
+                node=report.host, healthy=False, verdict=verdict, detail=f"GPUs unreadable: {report.error}"
+            )
+        healthy = verdict.status is not GpuHealthStatus.FAILED
+        detail = "; ".join(verdict.reasons[:3]) or f"{len(report.samples)} GPU(s) {verdict.status.value}"
+        return NodeHealthCheckResult(node=report.host, healthy=healthy, verdict=verdict, detail=detail)
 
     def _read(self, cursor: int) -> GpuHealthReport:
         source = self._source

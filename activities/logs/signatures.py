@@ -318,7 +318,7 @@ _ROWS: tuple[Signature, ...] = (
          r"|\bib\w*: .*port \d+ .*state (?:changed to )?(?i:down)", hints=("net/ib", "ibv_", "mlx5", "state ")),
     # dmesg, DCGM or a node agent naming an XID without the NVRM line: "Xid 79", "XID=48"
     _row("xid_mention", _C.XID, _K.XID, _CU, 92,
-         r"(?<![\w-])(?:Xid|XID)(?: error| event)?s?\s*[:=#]?\s*(?P<xid>\d{1,3})\b(?![.\d])", xid_catalog=True,
+         r"(?<![\w-])(?:Xid|XID)(?: error| event)?s?\s*+(?:[:=#]\s*+)?(?P<xid>\d{1,3})\b(?![.\d])", xid_catalog=True,
          hints=("xid",)),
     # --- CUDA: before any communication row, so "watchdog terminated with exception: CUDA error: ..." is CUDA ---
     # Out of device memory and device-side asserts (an index out of range in a kernel) are the program's doing.
@@ -544,7 +544,9 @@ _EXTRA_PREFIX = re.compile(
     r"|\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:\s?"
     r"|\((?:[\w.]+ )?pid=\d+(?:, ip=[\d.]+)?\)\s+"
     r"|\[(?P<ucx>[\w.\-]+):\d+\s*:\d+:\d+\]\s*"  # UCX/MPI: "[host:pid :thread:tid] Caught signal 11"
-    r"|(?P<host>(?!rank\d)[A-Za-z][A-Za-z0-9\-]*\d[A-Za-z0-9.\-]*|\d{1,3}(?:\.\d{1,3}){3}): (?=\S)"
+    # A host name with a digit before its first dot; possessive, so a long run of name characters not followed by
+    # ": " fails in linear time (the plain form backtracked quadratically).
+    r"|(?P<host>(?!rank\d)[A-Za-z](?=[A-Za-z0-9\-]*\d)[A-Za-z0-9.\-]*+|\d{1,3}(?:\.\d{1,3}){3}): (?=\S)"
 )
 _NCCL_PREFIX = re.compile(r"^(?P<host>[\w.\-]+):\d+:\d+ \[(?P<gpu>\d+)\]")
 _SYSLOG_HOST = re.compile(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import sys
@@ -36,6 +37,11 @@ class ReboundServices:
             REBOUND_DETECTION__HANG__STARTUP_S="120",
             # Jobs' logs are read only inside the lab (where the demo writes them), and only their user's files.
             REBOUND_WATCH__LOG_ROOTS=json.dumps([str(self.lay.state_dir.resolve())]),
+            # The lab acts (production starts in observe mode); its operators are "lab" and whoever runs it. The
+            # breaker keeps its default (10 % of 4 nodes: one drain per hour); tests reset it between runs.
+            REBOUND_FLEET__MODE="act",
+            REBOUND_FLEET__OPERATORS=json.dumps(sorted({"lab", getpass.getuser()})),
+            REBOUND_FLEET__HEALTH_CHECK_AFTER_S="600",
         )
 
     def agent_env(self, node: str) -> dict[str, str]:

@@ -27,7 +27,9 @@ from deploy.demo.submit import submit_demo
 from deploy.local.processes import cmdline, descendants, is_alive, kill_and_wait, spawn
 from tests.lab_support import LabHandle, lab_rebound_settings
 from workers.client import connect
+from workers.fleet_cli import reset_breaker
 from workflows.constants import job_workflow_id
+from workflows.domain.errors import ReboundError
 from workflows.domain.incident import ActionKind, Incident
 from workflows.domain.recovery import JobRecoveryStatus, RecoveryState
 from workflows.domain.slurm import JobState, SlurmJob
@@ -35,9 +37,9 @@ from workflows.job_recovery import JobRecoveryWorkflow
 
 #: A training step of the demo trainer: ``<ts> [INFO] rank=R/4 node=nX step=S loss=... step_time=...s``.
 STEP = re.compile(
-    r"^\S+Z \[INFO\] rank=(\d+)/4 node=(n\d+) step=(\d+) loss=[\d.]+ step_time=[\d.]+s compute_time=[\d.]+s$"
+    r"^\S+Z \[INFO\] rank=(\d+)/\d+ node=(n\d+) step=(\d+) loss=[\d.]+ step_time=[\d.]+s compute_time=[\d.]+s$"
 )
-RESUMED = re.compile(r"^\S+Z \[INFO\] rank=(\d+)/4 node=(n\d+) resumed from checkpoint (step_\d+) \(step (\d+)\)$")
+RESUMED = re.compile(r"^\S+Z \[INFO\] rank=(\d+)/\d+ node=(n\d+) resumed from checkpoint (step_\d+) \(step (\d+)\)$")
 STARTING = re.compile(r"starting: job_id=(\d+) restart=(\d+) ")
 #: slurmctld's line for a drain reason (Slurm 22.05): ``update_node: node n2 reason set to: rebound: 31-1 xid-79``.
 CTLD_REASON = re.compile(r"update_node: node (\S+) reason set to: (.*)$")
@@ -109,11 +111,22 @@ class DemoJob:
         return found
 
 
-def submit_tracked_demo(lab: LabHandle, name: str, *, extra_sbatch_args: Sequence[str] = ()) -> DemoJob:
-    """Submit the demo (2 nodes x 2 ranks, a checkpoint every 10 steps), tracked so the fixture cancels it."""
+def submit_tracked_demo(
+    lab: LabHandle, name: str, *, extra_sbatch_args: Sequence[str] = (), nodes: int = 2, tasks_per_node: int = 2
+) -> DemoJob:
+    """Submit the demo (by default 2 nodes x 2 ranks, a checkpoint every 10 steps), tracked so the fixture cancels
+    it."""
     run = f"e2e-{name}-{int(time.time() * 1000) % 10**9}"
     job_id = submit_demo(
-        lab.layout, run, steps=100000, checkpoint_every=10, extra_sbatch_args=extra_sbatch_args, env=lab.slurm_env
+        lab.layout,
+        run,
+        nodes=nodes,
+        tasks_per_node=tasks_per_node,
+        gpus_per_node=tasks_per_node,
+        steps=100000,
+        checkpoint_every=10,
+        extra_sbatch_args=extra_sbatch_args,
+        env=lab.slurm_env,
     )
     return DemoJob(lab, run, lab.track(job_id))
 
@@ -292,6 +305,9 @@ async def settle_leftovers(lab: LabHandle, client: Client, timeout_s: float = 40
     for node, reason in sinfo_drains(lab).items():
         if reason.startswith(DRAIN_PREFIX.strip()):
             lab.slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    # As an operator would after lifting the drains: each test starts with a closed breaker.
+    with contextlib.suppress(ReboundError, RPCError):
+        await reset_breaker(client, lab_rebound_settings(lab), "lab")
 
 
 @contextlib.asynccontextmanager

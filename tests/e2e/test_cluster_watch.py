@@ -56,6 +56,6 @@ async def test_comment_opts_a_job_in_and_only_that_job(lab: LabHandle) -> None:
         await jobs_cli.query_status(client, settings, plain)
     assert not_monitored.value.kind is FailureKind.JOB_NOT_FOUND
 
-    watch = client.get_workflow_handle_for(ClusterWatchWorkflow.run, cluster_watch_workflow_id(settings.cluster_name))
+    watch = client.get_workflow_handle(cluster_watch_workflow_id(settings.cluster_name))
     status = await asyncio.wait_for(watch.query(ClusterWatchWorkflow.status), timeout=settings.temporal.query_timeout_s)
     assert opted in status.known and plain not in status.known

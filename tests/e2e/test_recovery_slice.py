@@ -25,7 +25,7 @@ async def test_workflow_watches_a_running_slurm_job(lab: LabHandle) -> None:
     await jobs_cli.watch(settings, job_id, poll_interval_s=0.5)
     await jobs_cli.watch(settings, job_id, poll_interval_s=0.5)  # a second start is a no-op
     client = await connect(settings.temporal)
-    handle = client.get_workflow_handle_for(JobRecoveryWorkflow.run, job_workflow_id(settings.cluster_name, job_id))
+    handle = client.get_workflow_handle(job_workflow_id(settings.cluster_name, job_id))
 
     for _ in range(100):
         st = await jobs_cli.query_status(client, settings, job_id)

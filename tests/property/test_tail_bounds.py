@@ -10,6 +10,7 @@ bounds below sit above those; without the per-call limits, 1 MiB of two-byte lin
 from __future__ import annotations
 
 import glob
+import os
 import time
 import tracemalloc
 import uuid
@@ -205,5 +206,6 @@ def test_the_bounded_glob_matches_what_glob_matches(
             (base / path).parent.mkdir(parents=True, exist_ok=True)
             (base / path).touch()
     pattern = str(base) + "/" + "/".join(parts)
-    expected = {p.rstrip("/") for p in glob.glob(pattern, recursive=True)}
+    # glob's one quirk is not copied: "file/**" yields "file/" although a file has nothing below it.
+    expected = {p.rstrip("/") for p in glob.glob(pattern, recursive=True) if not p.endswith("/") or os.path.isdir(p)}
     assert set(tail._glob(pattern, tail._GlobBudget())) == expected

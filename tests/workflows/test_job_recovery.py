@@ -14,12 +14,14 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from activities.attribution import AttributionActivities
+from activities.fleet import FleetActivities
 from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.activities import SlurmActivities
 from activities.slurm.snapshots import SnapshotCache
 from activities.watch import WatchActivities
 from tests.fakes.scheduler import FakeScheduler
 from workflows.constants import CAUSE, RECOVERY_STATE
+from workflows.domain.fleet import FleetMode, FleetPolicy
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.incident import ActionKind
 from workflows.domain.recovery import (
@@ -30,6 +32,7 @@ from workflows.domain.recovery import (
     RecoveryState,
 )
 from workflows.domain.slurm import JobState
+from workflows.fleet import FleetWorkflow
 from workflows.job_recovery import JobRecoveryWorkflow
 
 Handle = WorkflowHandle[JobRecoveryWorkflow, JobRecoveryResult]
@@ -44,16 +47,25 @@ class Harness:
         self.sched = FakeScheduler(self.nodes)
         self.client, self.task_queue, self.tmp = client, task_queue, tmp
         self.snapshots = SnapshotCache(self.sched, max_age_s=0.05)
+        # Each test has its own cluster, hence its own Fleet on this test's task queue. Acting, with a breaker
+        # wide enough for these tests' drains (the breaker has its own tests).
+        self.cluster = f"test{tag}"
+        self.fleet_policy = FleetPolicy(
+            mode=FleetMode.ACT, breaker_max_fraction=1.0, breaker_max_nodes=100, health_check_after_s=3600
+        )
 
     def worker(self) -> Worker:
         slurm = SlurmActivities(self.sched)
         watch = WatchActivities(self.snapshots)
         attribution = AttributionActivities(self.sched)
         actions = SlurmActionActivities(self.sched)
+        fleet = FleetActivities(
+            self.client, self.sched, cluster=self.cluster, task_queue=self.task_queue, policy=self.fleet_policy
+        )
         return Worker(
             self.client,
             task_queue=self.task_queue,
-            workflows=[JobRecoveryWorkflow],
+            workflows=[JobRecoveryWorkflow, FleetWorkflow],
             activities=[
                 slurm.observe_job,
                 watch.watch,
@@ -61,6 +73,9 @@ class Harness:
                 attribution.attribute_failure,
                 actions.drain_node,
                 actions.requeue_job,
+                fleet.request_isolation,
+                fleet.cluster_view,
+                fleet.resume_node,
             ],
         )
 
@@ -77,7 +92,7 @@ class Harness:
         spec = RecoverySpec(logs=(str(self.tmp / "job-%j-*.log"),), restart_budget=budget)
         return await self.client.start_workflow(
             JobRecoveryWorkflow.run,
-            JobRecoveryInput(cluster="test", job_id=job_id, poll_interval_s=0.1, spec=spec),
+            JobRecoveryInput(cluster=self.cluster, job_id=job_id, poll_interval_s=0.1, spec=spec),
             id=f"rebound/test/job/{job_id}/{uuid.uuid4().hex}",
             task_queue=self.task_queue,
         )

@@ -45,7 +45,7 @@ async def test_state_survives_continue_as_new(small_history_env: WorkflowEnviron
         assert [e.event for e in st.timeline][0] == "WATCHING"  # the first run's timeline came along
         h.sched.finish_job(job.job_id)
         result = await asyncio.wait_for(handle.result(), 20)
-        latest = small_history_env.client.get_workflow_handle_for(JobRecoveryWorkflow.run, handle.id)
+        latest = small_history_env.client.get_workflow_handle(handle.id)
         final = await latest.query(JobRecoveryWorkflow.status)
     assert result.state is RecoveryState.FINISHED
     assert final.runs >= 2 and final.state is RecoveryState.FINISHED

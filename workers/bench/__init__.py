@@ -1,5 +1,6 @@
 """``rebound bench ...``: benchmarks: ``recovery`` against the local lab (see ``workers.bench.recovery``),
-``detection`` of failure categories in a labelled corpus of real logs (see ``workers.bench.detection``).
+``detection`` of failure categories in a labelled corpus of real logs (see ``workers.bench.detection``),
+``attribution`` of failures to nodes on recorded multi-rank logs (see ``workers.bench.attribution``).
 
 Only the argument parser lives here, so that ``rebound --help`` stays fast: the benchmarks import the lab,
 Temporal and the workflows when they run.
@@ -14,9 +15,12 @@ __all__ = ["add_bench_parser"]
 
 
 def add_bench_parser(sub: Any) -> None:
-    """Add ``bench recovery [--scenarios LIST] [--repeat N] [--json PATH]`` and
-    ``bench detection [--corpus PATH] [--json PATH]`` to the ``rebound`` subcommands."""
-    bench = sub.add_parser("bench", help="benchmarks: recovery on the local lab, detection on a log corpus")
+    """Add ``bench recovery [--scenarios LIST] [--repeat N] [--json PATH]``,
+    ``bench detection [--corpus PATH] [--json PATH]`` and ``bench attribution [--scenarios DIR] [--json PATH]``
+    to the ``rebound`` subcommands."""
+    bench = sub.add_parser(
+        "bench", help="benchmarks: recovery on the lab, detection on a log corpus, attribution on recorded failures"
+    )
     cmds = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND")
     rec = cmds.add_parser(
         "recovery",
@@ -42,3 +46,14 @@ def add_bench_parser(sub: Any) -> None:
         help="JSONL corpus, one labelled log per line (default: tests/data/detection/corpus.jsonl)",
     )
     det.add_argument("--json", type=Path, default=None, help="also write the full result as JSON to this path")
+    att = cmds.add_parser(
+        "attribution",
+        help="score attribution on recorded multi-rank failures: top-1 node accuracy, healthy-node drains",
+    )
+    att.add_argument(
+        "--scenarios",
+        type=Path,
+        default=Path("tests/data/attribution"),
+        help="directory of scenarios, one subdirectory each (default: tests/data/attribution)",
+    )
+    att.add_argument("--json", type=Path, default=None, help="also write the full result as JSON to this path")

@@ -124,6 +124,7 @@ async def prepare_lab(ctx: _Ctx, *, crashed_node: str | None = None) -> None:
     """Lab up (restarts a crashed node's slurmd), Rebound's drains resumed, every node idle."""
     await asyncio.to_thread(ctx.lab.up, log=False)
     _resume_nodes(ctx, crashed_node)
+    await _reset_breaker(ctx)
 
     async def idle() -> bool:
         rows = _nodes(ctx)
@@ -134,6 +135,19 @@ async def prepare_lab(ctx: _Ctx, *, crashed_node: str | None = None) -> None:
     except BenchError as e:
         states = ", ".join(f"{r.node}={r.state}{' (' + r.reason + ')' if r.reason else ''}" for r in _nodes(ctx))
         raise BenchError(f"{e}: {states}") from None
+
+
+async def _reset_breaker(ctx: _Ctx) -> None:
+    """Each run starts with a closed breaker, as an operator would reset it after lifting the previous drains."""
+    from temporalio.service import RPCError
+
+    from workers.fleet_cli import reset_breaker
+    from workflows.domain.errors import ReboundError
+
+    try:
+        await reset_breaker(ctx.client, ctx.settings, "lab")
+    except (ReboundError, RPCError) as e:  # no Fleet yet (first run): nothing to reset
+        _say(f"breaker not reset: {e}")
 
 
 def _resume_nodes(ctx: _Ctx, crashed_node: str | None) -> None:

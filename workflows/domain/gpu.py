@@ -239,3 +239,18 @@ class DcgmScrapeNodeResult(Frozen):
     verdict: NodeGpuVerdict
     next_previous: tuple[GpuSample, ...] = ()
     """This scrape's samples (the input's ``previous`` again when the exporter could not be read)."""
+
+
+class NodeHealthCheckInput(Frozen):
+    """Input of the node agent's ``node_health_check``: judge the node's GPUs now, ignoring events before ``since``
+    (the fault that got the node drained is history; a health check asks whether it is fit again)."""
+
+    since: datetime | None = None
+
+
+class NodeHealthCheckResult(Frozen):
+    node: str
+    healthy: bool
+    """No GPU failed (degraded counts as fit: it is watched, not held) and the GPUs could be read."""
+    verdict: NodeGpuVerdict | None = None
+    detail: str = ""

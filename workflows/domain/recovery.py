@@ -80,6 +80,8 @@ class JobRecoveryInput(Frozen):
     poll_interval_s: float = Field(1.0, gt=0, le=300)
     spec: RecoverySpec = RecoverySpec()
     detection: DetectionPolicy = DetectionPolicy()
+    fleet_answer_timeout_s: float = Field(3600.0, gt=0)
+    """How long to wait for the Fleet's answer (it may wait for an operator); then act as in observe mode."""
     carried: JobRecoveryStatus | None = None
     """State carried across continue-as-new; None for a fresh start."""
     carried_progress: ProgressState | None = None

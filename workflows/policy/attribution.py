@@ -6,13 +6,15 @@ Rules, strongest first (the first that applies decides; the rest of the evidence
 2. One of the job's nodes is DOWN or NOT_RESPONDING (its slurmd is dead): infrastructure; that node.
 3. Slurm reports a node failure for the job (``Node failure on nX``, NODE_FAIL): infrastructure; that node.
 4. A CUDA-style error in a rank's output: hardware; the node of that rank.
-5. A Python exception from training code (not a communication or CUDA error): the user's own bug. No node is
-   implicated and no restart can help. The same exception on ranks of different nodes makes it certain.
+5. A Python exception from training code (not a communication or CUDA error), a CUDA out-of-memory or device
+   assert, or a rank killed for its own excess memory: the user's own bug. No node is implicated and no restart
+   can help. The same exception on ranks of different nodes makes it certain.
 6. A rank that died on its own (non-zero exit, segfault, killed): the node of the first failing rank, with
    modest confidence. Peers that only report a broken connection are victims, never culprits.
 7. A hang (no rank made progress for the job's window): the rank that stopped first and the ranks whose stacks
    differ are suspects; no node is implicated unless a rank is stuck in the kernel (``workflows.policy.implicit``).
-8. Only victims, and ranks that went silent without a word: the node of the silent ranks, low confidence.
+8. Only victims, and ranks that went silent without a word: the node of the silent ranks, low confidence (below
+   the Fleet's approval threshold: excluded from the job's next placement, drained only with an operator's yes).
 9. Nothing conclusive: unknown; restart without excluding anyone.
 """
 
@@ -30,8 +32,9 @@ from workflows.policy.implicit import attribute_hang
 #: Finding kinds (``activities.logs.crash``) that point at the GPU and at the code.
 GPU_KINDS = frozenset({"cuda_error", "xid"})
 USER_KINDS = frozenset({"python_exception"})
-#: Findings that only say a rank ended: what killed it decides whether it is a culprit.
-EXIT_KINDS = frozenset({"rank_exit", "killed", "terminated"})
+#: Findings that only say a rank ended: what killed it decides whether it is a culprit. An abort (SIGABRT) after
+#: the rank's own communication error or watchdog timeout is how NCCL's watchdog ends a victim.
+EXIT_KINDS = frozenset({"rank_exit", "killed", "terminated", "fatal_signal"})
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,21 @@ def block_rank_layout(nodes: Sequence[str], task_count: int) -> dict[int, str]:
     return layout
 
 
+def rank_layout(nodes: Sequence[str], task_count: int, findings: Iterable[LogFinding]) -> dict[int, str]:
+    """Rank -> node: what the evidence says first (srun's ``n3: task 6: ...`` lines, ``node=`` tokens, ``%N`` in
+    file names name both), srun's default block distribution for the ranks it does not cover.
+
+    A job launched with ``--distribution=cyclic`` (or a hostfile) places ranks elsewhere than the block layout
+    says; blaming the block layout's node would drain a healthy one.
+    """
+    layout = block_rank_layout(nodes, task_count)
+    job_nodes = set(nodes)
+    for f in findings:
+        if f.rank is not None and f.node and (not job_nodes or f.node in job_nodes):
+            layout[f.rank] = f.node
+    return layout
+
+
 def attribute(facts: AttributionFacts) -> Attribution:
     """Apply the rules above; see the module docstring."""
     job_nodes = set(facts.job_nodes)
@@ -101,7 +119,12 @@ def attribute(facts: AttributionFacts) -> Attribution:
     if cuda:
         return _culprit(cuda[0], facts, FailureClass.HARDWARE, "cuda-error", 0.8, ordered)
     # An exception from the code, or a GPU error the code caused (CUDA out of memory, device-side assert).
-    user = [f for f in ordered if f.kind in USER_KINDS or (f.kind in GPU_KINDS and f.failure_class == "user")]
+    # ... and a rank killed for the job's own excess (the host OOM killer, a cgroup limit): restarting repeats it.
+    user = [
+        f
+        for f in ordered
+        if f.kind in USER_KINDS or (f.kind in GPU_KINDS | {"killed"} and f.failure_class == FailureClass.USER.value)
+    ]
     if user:
         return _user_bug(user, facts)
     # A rank that reported a broken connection and then exited non-zero (srun's "Exited with exit code 1")
@@ -124,13 +147,15 @@ def attribute(facts: AttributionFacts) -> Attribution:
     if victims:
         silent = _silent_nodes(facts)
         if silent:
-            # Silence alone never drains a node: the activity waits for the scheduler to confirm it is dead
-            # (then rule 2 applies); unconfirmed, the job is restarted without excluding anyone.
+            # Silence is weak evidence: the activity first waits for the scheduler to confirm a dead node (then
+            # rule 2 applies). Unconfirmed, the silent node is named with a confidence below the Fleet's approval
+            # threshold, so it is kept out of the job's next placement but drained only if an operator agrees.
             return Attribution(
                 failure_class=FailureClass.UNKNOWN,
                 cause="ranks-vanished",
                 retryable=True,
                 confidence=0.4,
+                implicated_nodes=silent,
                 explanation=f"peers lost their connections while every rank on {', '.join(silent)} went silent; "
                 "the scheduler did not confirm a dead node",
                 evidence=_evidence(victims[:3]),

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from workflows.domain.fleet import FleetPolicy
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.incident import FailureClass, LogFinding
 from workflows.policy.attribution import AttributionFacts, attribute, block_rank_layout
@@ -78,7 +79,8 @@ def test_gloo_errors_alone_are_not_a_user_bug() -> None:
     victims = [LogFinding(kind="comm_error", rank=r) for r in (0, 1)]
     a = attribute(facts(findings=victims, ranks_logging=[0, 1]))
     assert a.failure_class is not FailureClass.USER
-    assert a.implicated_nodes == ()  # ranks 2 and 3 went silent, but silence alone never drains a node
+    # Ranks 2 and 3 went silent: their node is named, below the Fleet's approval threshold (never drained unasked).
+    assert a.implicated_nodes == ("n2",) and a.confidence < FleetPolicy().approve_below_confidence
     assert a.cause == "ranks-vanished" and "n2" in a.explanation and a.confidence < 0.5
 
 
@@ -105,7 +107,8 @@ def test_a_victims_exit_is_not_a_culprit() -> None:
         ),
     ]
     weak = attribute(facts(findings=findings, ranks_logging=[0, 1]))
-    assert (weak.cause, weak.implicated_nodes) == ("ranks-vanished", ())
+    assert (weak.cause, weak.implicated_nodes) == ("ranks-vanished", ("n2",))
+    assert weak.confidence < FleetPolicy().approve_below_confidence
     confirmed = attribute(facts(findings=findings, ranks_logging=[0, 1], unresponsive_nodes=["n2"]))
     assert (confirmed.cause, confirmed.implicated_nodes) == ("node-down", ("n2",))
 
