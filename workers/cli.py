@@ -55,8 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     add_diagnose_parser(sub)
     add_audit_parser(sub)
     from workers.fleet_cli import add_fleet_parsers
+    from workers.incidents_cli import add_incident_parsers
 
     add_fleet_parsers(sub)
+    add_incident_parsers(sub)
     return p
 
 
@@ -114,6 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "status":
             return _run_async(lambda: jobs_cli.status(settings, args.job_id, as_json=args.json))
         from workers.fleet_cli import is_fleet_command, run_fleet_command
+        from workers.incidents_cli import is_incident_command, run_incident_command
+
+        if is_incident_command(args.command):
+            return _run_async(lambda: run_incident_command(settings, args))
 
         if is_fleet_command(args.command):
             return _run_async(lambda: run_fleet_command(settings, args))

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.fleet import FleetActivities, ResumeNodeInput
     from activities.gpu.activities import GpuActivities
     from activities.slurm.actions import SlurmActionActivities
+    from workflows import metrics
     from workflows.constants import PENDING_APPROVAL, node_task_queue
     from workflows.domain.fleet import (
         Approval,
@@ -43,7 +44,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.domain.gpu import NodeHealthCheckInput, NodeHealthCheckResult
     from workflows.domain.loop import DrainInput
+    from workflows.domain.notify import Notification, NotificationKind, NotifyField, Severity
     from workflows.domain.slurm import ClusterSnapshot
+    from workflows.notify import notify
     from workflows.options import CLUSTER_ACTION, NODE_AGENT_QUICK_READ, SCHEDULER_READ
 
 #: The JobRecovery signal that carries the Fleet's answer.
@@ -155,6 +158,7 @@ class FleetWorkflow:
                     self._state, ApprovalKind.DRAIN, req, verdict.hold, verdict.reasons, self._policy, now
                 )
                 approvals.append(approval.id)
+                await self._announce(approval)
         decision = IsolationDecision(
             request_id=req.request_id,
             mode=self._state.mode,
@@ -173,6 +177,7 @@ class FleetWorkflow:
             self._state = policy.remember_decision(
                 self._state, decision.model_copy(update={"approvals": (*decision.approvals, approval.id)})
             )
+            await self._announce(approval)
             return  # answered once an operator decides (or the deadline applies the default)
         self._state = policy.remember_decision(self._state, decision)
         await self._reply(req, decision)
@@ -204,6 +209,7 @@ class FleetWorkflow:
             self._state = policy.sync_with_view(self._state, await self._view(), workflow.now())
             return False
         self._state = policy.after_drain(self._state, node, reason, req, partitions, workflow.now(), self._policy)
+        metrics.record_drain(node, req.cause)
         return True
 
     async def _apply_answers(self) -> None:
@@ -314,9 +320,29 @@ class FleetWorkflow:
                 waits.append((due - now).total_seconds())
         return max(0.5, min([_MAX_SLEEP_S, *waits]))
 
+    async def _announce(self, approval: Approval) -> None:
+        """Tell people an action waits for them (never blocks: ``workflows.notify``)."""
+        what = ", ".join(approval.nodes) or f"restart of job {approval.request.job_id}"
+        await notify(
+            Notification(
+                kind=NotificationKind.APPROVAL_NEEDED,
+                job_id=approval.request.job_id,
+                cluster=self._inp.cluster,
+                title=f"Approval {approval.id}: {approval.kind.value} {what}"[:300],
+                text="; ".join(approval.reasons)[:1500]
+                + f"\n`rebound approve {approval.id}` or `rebound reject {approval.id}` before "
+                f"{approval.deadline:%H:%M:%S} UTC (then: {self._policy.approval_default.value})",
+                severity=Severity.WARNING,
+                fields=(NotifyField(key="cause", value=approval.request.cause),),
+                idempotency_key=f"{workflow.info().workflow_id}/approval/{approval.id}",
+            )
+        )
+
     def _publish_pending(self) -> None:
         """Pending approval ids in the UI's search attribute (``ReboundPendingApproval = "a-3"``; unset when none)."""
         pending = [a.id for a in self._state.approvals if a.outcome is ApprovalOutcome.PENDING]
+        metrics.set_approvals_pending(len(pending))
+        metrics.set_breaker_open(self._breaker().open)
         if pending == self._published:
             return
         self._published = pending

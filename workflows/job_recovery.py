@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.slurm.actions import SlurmActionActivities
     from activities.slurm.activities import SlurmActivities
     from activities.watch import WatchActivities
+    from workflows import metrics
     from workflows.constants import (
         CAUSE,
         IMPLICATED_NODES,
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         WaitResumeInput,
         WatchOutcome,
     )
+    from workflows.domain.notify import Notification, NotificationKind, NotifyField, Severity
     from workflows.domain.procs import (
         NodeProcessesInput,
         NodeProcessesResult,
@@ -68,10 +70,12 @@ with workflow.unsafe.imports_passed_through():
         JobRecoveryStatus,
         ObserveJobInput,
         ObserveJobResult,
+        PauseRequest,
         RecoveryState,
         StragglerAction,
     )
     from workflows.domain.slurm import JobState, SlurmJob
+    from workflows.notify import notify
     from workflows.options import (
         ATTRIBUTE,
         CLUSTER_ACTION,
@@ -117,6 +121,8 @@ class JobRecoveryWorkflow:
         self._reported_stragglers: tuple[str, ...] = ()
         # The Fleet's answers to this job's isolation requests, by request id.
         self._decisions: dict[str, IsolationDecision] = {}
+        # Notifications decided in synchronous code (the end of the run), sent before the run returns.
+        self._pending_notes: list[Notification] = []
 
     # ----- messages --------------------------------------------------------------------------------------------
     @workflow.signal(description="A node agent saw a GPU fault (XID, lost GPU, DBE) on a node this job runs on.")
@@ -130,6 +136,18 @@ class JobRecoveryWorkflow:
     def isolation_decided(self, decision: IsolationDecision) -> None:
         self._decisions[decision.request_id] = decision
 
+    @workflow.update(description="Pause monitoring: no watch, no action until resumed (rebound pause JOB).")
+    def pause(self, req: PauseRequest) -> JobRecoveryStatus:
+        self._status = self._status.model_copy(update={"paused_by": req.operator})
+        self._record("PAUSED", f"by {req.operator}" + (f": {req.note}" if req.note else ""))
+        return self._status
+
+    @workflow.update(description="Resume monitoring after a pause (rebound resume JOB).")
+    def resume(self, req: PauseRequest) -> JobRecoveryStatus:
+        self._status = self._status.model_copy(update={"paused_by": ""})
+        self._record("RESUMED", f"monitoring resumed by {req.operator}" + (f": {req.note}" if req.note else ""))
+        return self._status
+
     @workflow.query(description="Where the job is in the recovery loop, with incidents and their timeline.")
     def status(self) -> JobRecoveryStatus:
         return self._status
@@ -137,6 +155,13 @@ class JobRecoveryWorkflow:
     # ----- the loop ----------------------------------------------------------------------------------------------
     @workflow.run
     async def run(self, inp: JobRecoveryInput) -> JobRecoveryResult:
+        result = await self._loop(inp)
+        for note in self._pending_notes:
+            # A bounded head start: an activity still pending when the run completes would be dropped.
+            await notify(note, wait=timedelta(seconds=5))
+        return result
+
+    async def _loop(self, inp: JobRecoveryInput) -> JobRecoveryResult:
         job = await self._observe_job()
         if job is None:
             return self._end(RecoveryState.GAVE_UP, f"Slurm does not know job {inp.job_id}")
@@ -153,6 +178,13 @@ class JobRecoveryWorkflow:
                     return self._end(RecoveryState.FINISHED, "the job completed")
                 if job.state is JobState.CANCELLED:
                     return self._end(RecoveryState.FINISHED, "the job was cancelled by its owner")
+                if self._status.paused_by:
+                    await workflow.wait_condition(lambda: not self._status.paused_by)
+                    refreshed = await self._observe_job()
+                    if refreshed is None:
+                        return self._end(RecoveryState.GAVE_UP, "the scheduler no longer lists the job")
+                    job = refreshed
+                    continue
                 watched = await self._watch(job)
                 if watched is None:
                     return self._end(RecoveryState.GAVE_UP, "the scheduler no longer lists the job")
@@ -192,7 +224,12 @@ class JobRecoveryWorkflow:
             summary=f"Watch job {self._inp.job_id} ({job.state.value}): scheduler, rank logs, progress",
             **JOB_WATCH,
         )
-        await workflow.wait_condition(lambda: handle.done() or bool(self._gpu_events))
+        await workflow.wait_condition(lambda: handle.done() or bool(self._gpu_events) or bool(self._status.paused_by))
+        if not handle.done() and self._status.paused_by:
+            handle.cancel()
+            with contextlib.suppress(ActivityError):
+                await handle
+            return job, None, ()
         if not handle.done():
             handle.cancel()
             with contextlib.suppress(ActivityError):  # TRY_CANCEL: resolves at once as cancelled
@@ -274,6 +311,15 @@ class JobRecoveryWorkflow:
         workflow.upsert_search_attributes(
             [CAUSE.value_set(attribution.cause), IMPLICATED_NODES.value_set(list(attribution.implicated_nodes))]
         )
+        metrics.record_incident(incident)
+        await self._tell(
+            NotificationKind.INCIDENT,
+            f"Job {self._inp.job_id}: {attribution.cause} ({attribution.failure_class.value})",
+            f"{anomaly.summary}\n{attribution.explanation}",
+            Severity.WARNING,
+            nodes=", ".join(attribution.implicated_nodes) or "-",
+            confidence=f"{attribution.confidence:.2f}",
+        )
         if not attribution.retryable:
             self._put_incident(incident.model_copy(update={"outcome": "not retryable"}))
             return self._end(RecoveryState.GAVE_UP, f"not retryable ({attribution.cause}): {attribution.explanation}")
@@ -348,6 +394,14 @@ class JobRecoveryWorkflow:
             )
             return None
         where = f" from {resumed.checkpoint}" if resumed.checkpoint else ""
+        metrics.record_restart(attribution.cause)
+        metrics.record_recovery_action(incident)
+        await self._tell(
+            NotificationKind.RESUMED,
+            f"Job {self._inp.job_id} trains again",
+            f"step {resumed.step}{where}, excluding {', '.join(decision.exclude) or 'no node'}",
+            Severity.INFO,
+        )
         self._put_incident(
             incident.model_copy(
                 update={"resumed_at": resumed.observed_at, "resumed_from": resumed.checkpoint, "outcome": "resumed"}
@@ -498,6 +552,13 @@ class JobRecoveryWorkflow:
             )
         )
         self._record("STRAGGLER", f"{attribution.explanation}", number)
+        metrics.record_incident(self._status.incidents[-1])
+        await self._tell(
+            NotificationKind.STRAGGLER,
+            f"Job {self._inp.job_id}: straggler on {', '.join(attribution.implicated_nodes) or '?'}",
+            attribution.explanation,
+            Severity.INFO,
+        )
         workflow.upsert_search_attributes(
             [CAUSE.value_set(attribution.cause), IMPLICATED_NODES.value_set(list(attribution.implicated_nodes))]
         )
@@ -693,7 +754,36 @@ class JobRecoveryWorkflow:
 
     def _end(self, state: RecoveryState, reason: str) -> JobRecoveryResult:
         self._set_state(state, reason)
+        if state is RecoveryState.GAVE_UP:
+            # Started, not awaited: a webhook never delays the end (an unsent message is logged by the worker).
+            self._notify_later(NotificationKind.GAVE_UP, f"Rebound gave up on job {self._inp.job_id}", reason)
         return JobRecoveryResult(job_id=self._inp.job_id, state=state, reason=reason)
+
+    async def _tell(self, kind: NotificationKind, title: str, text: str, severity: Severity, **fields: str) -> None:
+        """A notification that never blocks or fails the recovery (``workflows.notify``)."""
+        await notify(
+            Notification(
+                kind=kind,
+                job_id=self._inp.job_id,
+                cluster=self._inp.cluster,
+                title=title[:300],
+                text=text[:2000],
+                severity=severity,
+                fields=tuple(NotifyField(key=k, value=v[:2000]) for k, v in fields.items()),
+            )
+        )
+
+    def _notify_later(self, kind: NotificationKind, title: str, text: str) -> None:
+        self._pending_notes.append(
+            Notification(
+                kind=kind,
+                job_id=self._inp.job_id,
+                cluster=self._inp.cluster,
+                title=title[:300],
+                text=text[:2000],
+                severity=Severity.CRITICAL,
+            )
+        )
 
     def _details_markdown(self) -> str:
         st = self._status

@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 
 from activities.attribution import AttributionActivities
 from activities.fleet import FleetActivities
+from activities.notify import NotifyActivities
 from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.activities import SlurmActivities
 from activities.slurm.snapshots import SnapshotCache
@@ -28,6 +29,7 @@ from workflows.domain.recovery import (
     JobRecoveryInput,
     JobRecoveryResult,
     JobRecoveryStatus,
+    PauseRequest,
     RecoverySpec,
     RecoveryState,
 )
@@ -76,6 +78,7 @@ class Harness:
                 fleet.request_isolation,
                 fleet.cluster_view,
                 fleet.resume_node,
+                NotifyActivities(None).notify_webhook,  # no webhook configured: "disabled" at once
             ],
         )
 
@@ -247,3 +250,42 @@ async def test_a_job_that_may_not_be_requeued_gives_up_clearly(h: Harness) -> No
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.state is RecoveryState.GAVE_UP
     assert "SCHEDULER_REJECTED" in result.reason and "--no-requeue" in result.reason
+
+
+async def test_a_paused_job_is_not_watched_until_resumed(h: Harness) -> None:
+    job = h.sched.submit(h.nodes[:2], name="llm")
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    st = await handle.execute_update(JobRecoveryWorkflow.pause, PauseRequest(operator="op", note="maintenance"))
+    assert st.paused_by == "op"
+
+    ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    h.log(job.job_id, 2, f"{ts} [ERROR] rank=2/4 node={h.nodes[1]} step=8 fatal error: exiting with code 13")
+    await asyncio.sleep(1.5)
+    st = await handle.query(JobRecoveryWorkflow.status)
+    assert not st.incidents and not h.sched.nodes[h.nodes[1]].is_drained  # paused: nothing seen, nothing done
+
+    await handle.execute_update(JobRecoveryWorkflow.resume, PauseRequest(operator="op"))
+    st = await until(handle, lambda s: bool(s.incidents) and s.state is not RecoveryState.WATCHING)
+    assert st.paused_by == "" and [e.event for e in st.timeline].count("PAUSED") == 1
+
+
+async def test_observe_mode_records_the_decision_and_touches_nothing(
+    temporal_client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    h = Harness(temporal_client, task_queue, tmp_path)
+    h.fleet_policy = h.fleet_policy.model_copy(update={"mode": FleetMode.OBSERVE})
+    async with h.worker():
+        job = h.sched.submit(h.nodes[:2], name="llm")
+        handle = await h.start(job.job_id)
+        await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+        ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        h.log(job.job_id, 2, f"{ts} [ERROR] rank=2/4 node={h.nodes[1]} step=8 fatal error: exiting with code 13")
+        h.sched.fail_job(job.job_id, exit_code=13)
+        result = await asyncio.wait_for(handle.result(), 30)
+        st = await handle.query(JobRecoveryWorkflow.status)
+    assert result.state is RecoveryState.FINISHED and "observe mode" in result.reason
+    inc = st.incidents[0]
+    assert inc.attribution is not None and inc.attribution.implicated_nodes == (h.nodes[1],)
+    assert inc.actions == () and inc.outcome.startswith("observed only")
+    assert not h.sched.nodes[h.nodes[1]].is_drained and h.sched.jobs[job.job_id].restart_count == 0

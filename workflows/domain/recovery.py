@@ -110,6 +110,8 @@ class JobRecoveryStatus(Frozen):
     """Workflow runs so far (continue-as-new adds one)."""
     running_since: datetime | None = None
     """When the job's current attempt started running: GPU events from before it are not this attempt's."""
+    paused_by: str = ""
+    """Set while an operator paused monitoring (``rebound pause JOB``): nothing is watched or done until resumed."""
 
 
 class JobRecoveryResult(Frozen):
@@ -153,3 +155,10 @@ class WatchJobResult(Frozen):
 
 
 JobRecoveryInput.model_rebuild()
+
+
+class PauseRequest(Frozen):
+    """``rebound pause|resume JOB``: who, and why (kept in the job's timeline)."""
+
+    operator: str = Field(min_length=1, max_length=100)
+    note: str = Field("", max_length=500)
