@@ -58,7 +58,7 @@ async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) 
     except ReboundError as e:
         log.warning("GPUs of %s not readable yet (%s); every read will retry", node, e)
     gpu = GpuActivities(source)
-    procs = ProcsActivities(node, py_spy=settings.node_agent.py_spy_path)
+    procs = ProcsActivities(node, cluster=settings.node_agent.slurm_cluster, py_spy=settings.node_agent.py_spy_path)
     queue = node_task_queue(node)
     pusher = asyncio.create_task(
         push_gpu_events(source, build_scheduler(settings.slurm), client, settings.cluster_name, node, stop)

@@ -104,6 +104,12 @@ class NodeAgentSettings(_Section):
     """Settings of a node agent (one per Slurm node)."""
 
     node_name: str | None = Field(None, description="This node's Slurm name (SLURMD_NODENAME, never hostname).")
+    slurm_cluster: str = Field(
+        "",
+        description="Slurm's ClusterName of this node's slurmd. Set it when slurmds of several clusters share a host "
+        "(the lab): a job id names a job only within one cluster, so the rank scan then skips other clusters' "
+        "processes. Empty: no cluster filter.",
+    )
     py_spy_path: Path | None = Field(
         None, description="py-spy binary for hung ranks' stack dumps (unset: beside the agent's Python, then PATH)."
     )

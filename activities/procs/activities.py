@@ -69,16 +69,19 @@ class ProcsActivities:
         self,
         node: str,
         *,
+        cluster: str = "",
         py_spy: Path | None = None,
         proc_root: Path = Path("/proc"),
         clock_ticks_per_s: int | None = None,
         page_size: int | None = None,
     ) -> None:
-        """Bind to ``node``; ``py_spy`` overrides the search (beside this interpreter, then PATH).
+        """Bind to ``node`` of ``cluster`` (processes of another node or cluster on the same host are never
+        reported); ``py_spy`` overrides the search (beside this interpreter, then PATH).
 
         ``proc_root``, ``clock_ticks_per_s`` and ``page_size`` exist for tests that read a fake ``/proc``.
         """
         self._node = node
+        self._cluster = cluster
         self._py_spy = py_spy
         self._proc_root = proc_root
         self._clk_tck = clock_ticks_per_s or os.sysconf("SC_CLK_TCK")
@@ -154,7 +157,9 @@ class ProcsActivities:
     def _list(self, job_id: int) -> NodeProcessesResult:
         observed_at = datetime.now(UTC)
         try:
-            scan = scan_job_processes(job_id, self._proc_root, exclude=frozenset({os.getpid()}))
+            scan = scan_job_processes(
+                job_id, self._proc_root, exclude=frozenset({os.getpid()}), node=self._node, cluster=self._cluster
+            )
         except OSError as e:
             return NodeProcessesResult(
                 node=self._node, observed_at=observed_at, error=f"cannot list {self._proc_root}: {e}"

@@ -203,12 +203,19 @@ def _read_optional(path: Path) -> bytes:
 
 
 def scan_job_processes(
-    job_id: int, proc_root: Path = Path("/proc"), *, exclude: frozenset[int] = frozenset()
+    job_id: int,
+    proc_root: Path = Path("/proc"),
+    *,
+    exclude: frozenset[int] = frozenset(),
+    node: str = "",
+    cluster: str = "",
 ) -> JobScan:
     """Every process under ``proc_root`` whose environment has ``SLURM_JOB_ID == job_id`` and names a rank.
 
     The rank is ``RANK`` when set (torchrun's workers), else ``SLURM_PROCID`` (srun's tasks); processes with
-    neither are skipped. ``exclude`` holds pids never to report (the agent itself).
+    neither are skipped. ``exclude`` holds pids never to report (the agent itself). A job id names a job only
+    within one cluster, and several slurmds may share a host (the lab; containers): with ``node``/``cluster``
+    given, a process whose ``SLURMD_NODENAME``/``SLURM_CLUSTER_NAME`` says otherwise is another node's.
 
     Raises:
         OSError: ``proc_root`` itself cannot be listed.
@@ -230,6 +237,10 @@ def scan_job_processes(
             continue
         env = parse_environ(environ)
         if env.get("SLURM_JOB_ID", env.get("SLURM_JOBID")) != wanted:
+            continue
+        if (node and env.get("SLURMD_NODENAME", node) != node) or (
+            cluster and env.get("SLURM_CLUSTER_NAME", cluster) != cluster
+        ):
             continue
         rank, source = _int_env(env, "RANK", pid, scan), "RANK"
         if rank is None:

@@ -50,6 +50,8 @@ class ReboundServices:
         return dict(
             self.common_env(),
             REBOUND_NODE_AGENT__NODE_NAME=node,
+            # Two labs (demo and test) share this host: job ids repeat across them, so scope the rank scan.
+            REBOUND_NODE_AGENT__SLURM_CLUSTER=self.cfg.cluster_name,
             LD_LIBRARY_PATH=f"{lib_dir}:{os.environ['LD_LIBRARY_PATH']}"
             if os.environ.get("LD_LIBRARY_PATH")
             else lib_dir,

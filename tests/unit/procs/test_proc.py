@@ -225,3 +225,15 @@ async def test_listing_converts_kernel_units(fake: FakeProc) -> None:
 def test_listing_an_unreadable_root_is_an_error_not_a_raise(tmp_path: Path) -> None:
     result = ProcsActivities("n1", proc_root=tmp_path / "nope")._list(JOB)
     assert result.processes == () and result.error.startswith(f"cannot list {tmp_path / 'nope'}")
+
+
+def test_another_nodes_or_clusters_job_with_the_same_id_is_not_ours(fake: FakeProc) -> None:
+    # Two labs on one host: both have a node n2 and a job with this id.
+    fake.add(100, env=slurm_env(JOB, 0, SLURMD_NODENAME="n2", SLURM_CLUSTER_NAME="lab"))
+    fake.add(101, env=slurm_env(JOB, 1, SLURMD_NODENAME="n2", SLURM_CLUSTER_NAME="labtest"))
+    fake.add(102, env=slurm_env(JOB, 2, SLURMD_NODENAME="n3", SLURM_CLUSTER_NAME="lab"))
+    fake.add(103, env=slurm_env(JOB, 3))  # no such variables: kept (older Slurm, a torchrun child)
+    got = [p.pid for p in scan_job_processes(JOB, fake.root, node="n2", cluster="lab").processes]
+    assert got == [100, 103]
+    assert [p.pid for p in scan_job_processes(JOB, fake.root, node="n2").processes] == [100, 101, 103]
+    assert len(scan_job_processes(JOB, fake.root).processes) == 4
