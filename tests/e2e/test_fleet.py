@@ -89,12 +89,21 @@ def _reset_gpus(lab: LabHandle) -> None:
 
 async def test_two_jobs_sharing_a_bad_node_drain_it_once_and_both_restart_elsewhere(lab: LabHandle) -> None:
     client = await _client(lab)
-    # No -w: a pinned job could not be restarted elsewhere. Slurm fills the lowest nodes first, so the 1-node job
-    # lands on a node of the 2-node one (2 of 4 CPUs and GPUs free there).
+    # No -w: a pinned job could not be restarted elsewhere. Instead two nodes are held by "an administrator" while
+    # the jobs start, so both land on the other two (the 1-node job beside the 2-node one: 2 of 4 CPUs and GPUs
+    # are free there), and are released once they run.
+    spare = ("n3", "n4")
+    for node in spare:
+        lab.slurm("scontrol", "update", f"nodename={node}", "state=drain", "reason=e2e: placement")
     a = submit_tracked_demo(lab, "share-a")
     b = submit_tracked_demo(lab, "share-b", nodes=1)
     ra, rb = Recovery(lab, client, a), Recovery(lab, client, b)
     try:
+        try:
+            await asyncio.gather(rb.wait_watching(timeout_s=60), ra.wait_watching(timeout_s=60))
+        finally:
+            for node in spare:
+                lab.slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
         await asyncio.gather(_running(lab, ra), _running(lab, rb))
         ja, jb = await slurm_job(lab, a.job_id), await slurm_job(lab, b.job_id)
         shared = sorted(set(ja.nodes) & set(jb.nodes))

@@ -118,7 +118,7 @@ async def test_worker_killed_during_the_drain(lab: LabHandle, tmp_path: Path) ->
             mark = worker_log_mark(lab)
             record = inject(lab.layout, "crash", run=job.run, rank=CRASH_RANK)
             assert record.node is not None
-            await rec.wait_timeline("DRAIN", "(decided", timeout_s=20)
+            await rec.wait_timeline("FLEET", "asked", timeout_s=20)  # the Fleet drains: wait for its scontrol
             wait_for_worker_command(lab, "scontrol", "update", f"nodename={record.node}", "state=drain")
             killed_at = time.time()
             sigkill_worker(lab)
@@ -181,7 +181,7 @@ async def test_temporal_restart_during_the_drain(lab: LabHandle, tmp_path: Path)
             pid = worker_pid(lab)
             record = inject(lab.layout, "crash", run=job.run, rank=CRASH_RANK)
             assert record.node is not None
-            await rec.wait_timeline("DRAIN", "(decided", timeout_s=20)
+            await rec.wait_timeline("FLEET", "asked", timeout_s=20)  # the Fleet drains: wait for its scontrol
             wait_for_worker_command(lab, "scontrol", "update", f"nodename={record.node}", "state=drain")
             stopped_at = time.time()
             try:

@@ -12,7 +12,7 @@ from tests.lab_support import LabHandle, lab_rebound_settings
 from workers import jobs_cli
 from workers.client import connect
 from workflows.constants import job_workflow_id
-from workflows.domain.recovery import RecoveryState
+from workflows.domain.recovery import JobRecoveryResult, RecoveryState
 from workflows.domain.slurm import JobState
 from workflows.job_recovery import JobRecoveryWorkflow
 
@@ -25,7 +25,7 @@ async def test_workflow_watches_a_running_slurm_job(lab: LabHandle) -> None:
     await jobs_cli.watch(settings, job_id, poll_interval_s=0.5)
     await jobs_cli.watch(settings, job_id, poll_interval_s=0.5)  # a second start is a no-op
     client = await connect(settings.temporal)
-    handle = client.get_workflow_handle(job_workflow_id(settings.cluster_name, job_id))
+    handle = client.get_workflow_handle(job_workflow_id(settings.cluster_name, job_id), result_type=JobRecoveryResult)
 
     for _ in range(100):
         st = await jobs_cli.query_status(client, settings, job_id)
