@@ -125,7 +125,11 @@ class FleetWorkflow:
     async def run(self, inp: FleetInput) -> None:
         while True:
             with contextlib.suppress(TimeoutError):  # a timeout is the periodic look at deadlines and checks
-                await workflow.wait_condition(self._woken(self._answered), timeout=self._sleep_s())
+                await workflow.wait_condition(
+                    self._woken(self._answered),
+                    timeout=self._sleep_s(),
+                    timeout_summary="next look at approval deadlines and health checks",
+                )
             await self._apply_answers()
             await self._expire_approvals()
             while self._queue:

@@ -612,7 +612,9 @@ class JobRecoveryWorkflow:
             self._record("FLEET", f"asked (request {req.request_id})", incident.number)
         try:
             await workflow.wait_condition(
-                lambda: req.request_id in self._decisions, timeout=self._inp.fleet_answer_timeout_s
+                lambda: req.request_id in self._decisions,
+                timeout=self._inp.fleet_answer_timeout_s,
+                timeout_summary=f"the Fleet's answer to incident {incident.number} (may wait for an operator)",
             )
         except TimeoutError:
             return IsolationDecision(

@@ -146,6 +146,28 @@ def _fresh_start(lab: Lab) -> None:
         if reason.startswith("rebound:"):
             run(["scontrol", "update", f"nodename={node}", "state=resume"], env=lab.slurm.env())
             print(f"released {node} (drained by an earlier demo: {reason})")
+    asyncio.run(_reset_fleet(lab))
+
+
+async def _reset_fleet(lab: Lab) -> None:
+    """As the lab's operator: reset the breaker (a demo within the hour of an earlier one would otherwise be held
+    for approval at the cap) and reject what an earlier demo left pending."""
+    from temporalio.service import RPCError
+
+    from workers.client import connect
+    from workers.fleet_cli import fleet_status, reset_breaker
+    from workflows.domain.errors import ReboundError
+
+    settings = lab_settings(lab)
+    try:
+        client = await connect(settings.temporal)
+        await reset_breaker(client, settings, "lab")
+        st = await fleet_status(client, settings)
+    except (ReboundError, RPCError):
+        return  # no Fleet yet: the first request of this demo starts it
+    pending = [a.id for a in st.state.approvals if a.outcome.value == "pending"]
+    if pending:
+        print(f"earlier demos left approvals pending ({', '.join(pending)}): `rebound reject ID --as lab` clears them")
 
 
 def _follow(
