@@ -74,6 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from workers.bench.detection import run_detection_command
 
             return run_detection_command(args)
+        if args.command == "bench" and args.bench_command == "healthy":
+            from workers.bench.healthy import run_healthy_command
+
+            return run_healthy_command(args)
         if args.command == "bench" and args.bench_command == "attribution":
             from workers.bench.attribution import run_attribution_command
 

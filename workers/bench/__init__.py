@@ -1,6 +1,7 @@
 """``rebound bench ...``: benchmarks: ``recovery`` against the local lab (see ``workers.bench.recovery``),
 ``detection`` of failure categories in a labelled corpus of real logs (see ``workers.bench.detection``),
-``attribution`` of failures to nodes on recorded multi-rank logs (see ``workers.bench.attribution``).
+``attribution`` of failures to nodes on recorded multi-rank logs (see ``workers.bench.attribution``), and
+``healthy``, the false-positive run of a healthy job on the lab (see ``workers.bench.healthy``).
 
 Only the argument parser lives here, so that ``rebound --help`` stays fast: the benchmarks import the lab,
 Temporal and the workflows when they run.
@@ -57,3 +58,9 @@ def add_bench_parser(sub: Any) -> None:
         help="directory of scenarios, one subdirectory each (default: tests/data/attribution)",
     )
     att.add_argument("--json", type=Path, default=None, help="also write the full result as JSON to this path")
+    healthy = cmds.add_parser(
+        "healthy",
+        help="the false-positive run: a healthy demo job trains on the lab for N minutes; every incident is false",
+    )
+    healthy.add_argument("--minutes", type=float, default=10.0, help="how long the healthy job trains (default 10)")
+    healthy.add_argument("--json", type=Path, default=None, help="also write the result as JSON to this path")
