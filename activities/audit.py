@@ -1,4 +1,4 @@
-"""The Audit workflow's activities: read the cluster's JobRecovery workflows, and write the report.
+"""The Audit workflow's activities: read the cluster's JobRecovery workflows and its Fleet, and write the report.
 
 Reading. Visibility lists every JobRecovery *run* of the cluster whose lifetime overlaps the period (each
 continue-as-new is a run of its own). Each run's ``status`` query is answered by a worker, for a closed run too:
@@ -6,6 +6,10 @@ the worker replays its history, so what the audit reads is exactly what ``reboun
 worker that runs the audit also serves JobRecovery, so a worker is there. A run that cannot be read (a query
 timeout, history past retention, a replay that fails) is reported by name in the report, and its incidents are
 missing; the audit goes on. Only Temporal itself being unreachable fails the attempt (Temporal retries it).
+
+Approvals live only in the cluster's Fleet workflow (``rebound/<cluster>/fleet``), so its ``status`` query is read
+as well, alongside the runs. No Fleet (never started, or a cluster run without one) is not an error: the report
+shows 0 approvals and says "no Fleet"; a Fleet that does not answer is named in the coverage the same way.
 
 Writing. ``<report dir>/audit-<until, UTC>.{json,md,html}``, each written to a temporary file and renamed, so a
 reader never sees half a report and a retried write replaces, never duplicates. The HTML page is self-contained:
@@ -32,23 +36,31 @@ from temporalio.exceptions import TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import classified_errors
+from workflows.constants import fleet_workflow_id
 from workflows.domain.audit import (
+    ApprovalRow,
+    ApprovalSummary,
     AuditCollectInput,
     AuditCollection,
     AuditPaths,
     AuditSummary,
     AuditWriteInput,
     CollectFailure,
+    FleetApprovals,
+    FleetRead,
     LatencyStats,
 )
 from workflows.domain.errors import FailureKind, ReboundError
+from workflows.domain.fleet import ApprovalOutcome, FleetStatus
 from workflows.domain.recovery import JobRecoveryStatus
-from workflows.policy.audit import DEFINITIONS, RunRead, cap_incidents, histogram, job_audit, utc
+from workflows.policy.audit import DEFINITIONS, RunRead, cap_incidents, fleet_approvals, histogram, job_audit, utc
+from workflows.policy.fleet import MAX_DECIDED_APPROVALS
 
 __all__ = ["AuditActivities", "render_html", "render_markdown", "report_json", "visibility_query"]
 
 #: The JobRecovery workflow's type and query names. Activities never import workflow classes (STYLE.md 9.11).
 JOB_RECOVERY_WORKFLOW = "JobRecovery"
+#: The query both JobRecovery and Fleet answer with their state.
 STATUS_QUERY = "status"
 
 # Temporal answers that mean "Temporal is not there now": the whole attempt is retried, not reported per run.
@@ -103,7 +115,8 @@ class AuditActivities:
 
     @activity.defn(name="audit_collect")
     async def collect(self, inp: AuditCollectInput) -> AuditCollection:
-        """List the period's JobRecovery runs, query each one's ``status``, digest them per job.
+        """List the period's JobRecovery runs, query each one's ``status``, digest them per job; read the Fleet's
+        approvals of the period.
 
         Raises:
             ApplicationError: ``TEMPORAL_UNREACHABLE`` (retried) when Temporal does not answer; ``CONFIGURATION``
@@ -129,7 +142,7 @@ class AuditActivities:
                 )
                 return run, failure
 
-            reads = await asyncio.gather(*(read(wf) for wf in listed))
+            reads, fleet = await asyncio.gather(asyncio.gather(*(read(wf) for wf in listed)), self._fleet(inp))
         by_id: dict[str, list[RunRead]] = defaultdict(list)
         for run, _ in reads:
             by_id[run.workflow_id].append(run)
@@ -137,11 +150,13 @@ class AuditActivities:
         jobs, dropped = cap_incidents([a for a in audits if a is not None], inp.max_incidents)
         failures = tuple(f for _, f in reads if f is not None)
         activity.logger.info(
-            "audit of %s: %d run(s) listed, %d job(s), %d unreadable",
+            "audit of %s: %d run(s) listed, %d job(s), %d unreadable; Fleet %s, %d approval(s)",
             inp.cluster,
             len(listed),
             len(jobs),
             len(failures),
+            fleet.read.value,
+            len(fleet.approvals),
         )
         return AuditCollection(
             cluster=inp.cluster,
@@ -152,6 +167,7 @@ class AuditActivities:
             incidents_dropped=dropped,
             jobs=jobs,
             failures=failures,
+            fleet=fleet,
         )
 
     async def _list(self, inp: AuditCollectInput) -> tuple[list[WorkflowExecution], int]:
@@ -185,7 +201,7 @@ class AuditActivities:
                 handle.query(STATUS_QUERY, result_type=JobRecoveryStatus), timeout=self._query_timeout_s
             )
         except TimeoutError:
-            return failed("QUERY_TIMEOUT", f"no answer within {self._query_timeout_s:.0f} s (is a worker running?)")
+            return failed("QUERY_TIMEOUT", f"no answer within {self._query_timeout_s:g} s (is a worker running?)")
         except RPCError as e:
             if e.status in _UNREACHABLE_RPC:
                 raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, f"querying {wf.id}: {e.message}") from e
@@ -195,6 +211,32 @@ class AuditActivities:
         if not isinstance(status, JobRecoveryStatus):
             return failed("QUERY_FAILED", f"status is a {type(status).__name__}, not a JobRecoveryStatus")
         return status, None
+
+    async def _fleet(self, inp: AuditCollectInput) -> FleetApprovals:
+        """The Fleet's approvals that overlap the period; MISSING or UNREADABLE (with why) when it cannot say."""
+        wf_id = fleet_workflow_id(inp.cluster)
+
+        def unreadable(message: str) -> FleetApprovals:
+            return FleetApprovals(workflow_id=wf_id, read=FleetRead.UNREADABLE, message=message[:500])
+
+        try:
+            status = await asyncio.wait_for(
+                self._client.get_workflow_handle(wf_id).query(STATUS_QUERY, result_type=FleetStatus),
+                timeout=self._query_timeout_s,
+            )
+        except TimeoutError:
+            return unreadable(f"QUERY_TIMEOUT: no answer within {self._query_timeout_s:g} s (is a worker running?)")
+        except RPCError as e:
+            if e.status in _UNREACHABLE_RPC:
+                raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, f"querying {wf_id}: {e.message}") from e
+            if e.status is RPCStatusCode.NOT_FOUND:
+                return FleetApprovals(workflow_id=wf_id, read=FleetRead.MISSING)
+            return unreadable(f"QUERY_{e.status.name}: {e.message}")
+        except (TemporalError, ValueError, TypeError) as e:  # a failed replay, a status that does not decode
+            return unreadable(f"QUERY_FAILED: {type(e).__name__}: {e}")
+        if not isinstance(status, FleetStatus):
+            return unreadable(f"QUERY_FAILED: status is a {type(status).__name__}, not a FleetStatus")
+        return fleet_approvals(wf_id, status.state.approvals, inp.since, inp.until)
 
     @activity.defn(name="audit_write_report")
     async def write_report(self, inp: AuditWriteInput) -> AuditPaths:
@@ -252,8 +294,12 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def report_json(summary: AuditSummary) -> dict[str, object]:
-    """The JSON report: a schema tag, the definitions of its numbers, the numbers."""
-    return {"schema": "rebound.audit/1", "definitions": DEFINITIONS, **summary.model_dump(mode="json")}
+    """The JSON report: a schema tag, the definitions of its numbers, the numbers.
+
+    Schema 2: ``approvals`` is an object read from the Fleet (was a list, with ``approvals_waited`` and
+    ``approvals_pending`` beside it, read from action records that never carried them).
+    """
+    return {"schema": "rebound.audit/2", "definitions": DEFINITIONS, **summary.model_dump(mode="json")}
 
 
 def _pct(value: float | None) -> str:
@@ -313,14 +359,27 @@ def render_markdown(s: AuditSummary) -> str:
         f"| {_pct(g.goodput)} | {g.incidents} |"
         for g in s.goodput
     ] or ["| - | | | | | | |"]
-    lines += ["", "## Actions that waited for approval", ""]
-    lines.append(f"{s.approvals_waited} action(s) waited for approval, {s.approvals_pending} still pending.")
-    if s.approvals:
-        lines += ["", "| incident | action | target | requested | decided by | waited |", "|---|---|---|---|---|---|"]
+    lines += ["", "## Actions that waited for approval", "", _approvals_line(s.approvals)]
+    a = s.approvals
+    if a.by_kind:
+        lines += ["", "| kind | total | approved | rejected | expired | pending at end |", "|---|---|---|---|---|---|"]
         lines += [
-            f"| {_md(a.incident_id)} | {_md(a.action)} | {_md(a.target)} | {_when(a.requested_at)} "
-            f"| {_md(a.decided_by or ('pending' if a.approved is None else '-'))} | {_s(a.waited_s)} |"
-            for a in s.approvals
+            f"| {k.kind.value} | {k.total} | {k.approved} | {k.rejected} | {k.expired} | {k.pending} |"
+            for k in a.by_kind
+        ]
+    if a.deciders:
+        lines += ["", "| decided by | approvals |", "|---|---|"]
+        lines += [f"| {_md(r.key)} | {r.count} |" for r in a.deciders]
+    if a.rows:
+        lines += [
+            "",
+            "| approval | kind | job | incident | nodes | requested | outcome | decided by | waited |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {_md(r.id)} | {r.kind.value} | {r.job_id} | {_md(r.incident or '-')} | {_md(_nodes(r))} "
+            f"| {_when(r.requested_at)} | {_outcome(r)} | {_md(r.decided_by or '-')} | {_s(r.waited_s)} |"
+            for r in a.rows
         ]
     lines += ["", "## Coverage", ""]
     lines += [f"- {_md(line)}" for line in _coverage(s)]
@@ -329,12 +388,47 @@ def render_markdown(s: AuditSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _nodes(r: ApprovalRow) -> str:
+    return ", ".join(r.nodes) if r.nodes else f"restart of job {r.job_id}"
+
+
+def _outcome(r: ApprovalRow) -> str:
+    """The outcome at the end of the period; an expired one with what its default did."""
+    if r.outcome is ApprovalOutcome.EXPIRED and r.applied is not None:
+        return f"expired ({r.applied.value})"
+    return r.outcome.value
+
+
+def _approvals_line(a: ApprovalSummary) -> str:
+    text = f"{a.total} action(s) waited for approval, {a.pending_at_end} still pending at the end of the period."
+    if a.wait.count:
+        text += f" Wait of the {a.wait.count} decided in the period: p50 {_s(a.wait.p50)}, max {_s(a.wait.max)}."
+    if a.fleet is not FleetRead.READ:
+        text += " Approvals were not read (see Coverage)."
+    return text
+
+
 def _coverage(s: AuditSummary) -> list[str]:
     """What the report may be missing, as plain lines (each renderer escapes them)."""
     out = [f"{s.runs_listed} JobRecovery run(s) listed, {len(s.failures)} unreadable, {s.runs_skipped} not read."]
     if s.incidents_dropped:
         out.append(f"{s.incidents_dropped} older incident(s) left out to keep the report bounded.")
     out += [f"unreadable: {f.workflow_id} run {f.run_id}: {f.kind}: {f.message}" for f in s.failures]
+    a = s.approvals
+    if a.fleet is FleetRead.MISSING:
+        where = f" ({a.fleet_workflow_id} not found)" if a.fleet_workflow_id else ""
+        out.append(f"no Fleet{where}: approvals not read, 0 reported.")
+    elif a.fleet is FleetRead.UNREADABLE:
+        out.append(f"Fleet {a.fleet_workflow_id} unreadable: {a.fleet_message}: approvals not read, 0 reported.")
+    else:
+        out.append(f"Fleet {a.fleet_workflow_id} read: {a.total} approval(s) of the period.")
+    if a.dropped:
+        out.append(f"{a.dropped} older approval(s) left out to keep the report bounded.")
+    if a.history_full:
+        out.append(
+            f"The Fleet keeps only its {MAX_DECIDED_APPROVALS} most recent decided approvals, and the oldest it "
+            "still holds was decided in or after this period: earlier decisions of the period may be missing."
+        )
     return out
 
 
@@ -413,6 +507,52 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _html_approvals(a: ApprovalSummary) -> list[str]:
+    """Headline, counts by kind and outcome (a table and its bars), who decided, and one row per approval."""
+    bars = [
+        (f"{k.kind.value}: {outcome}", count, str(count))
+        for k in a.by_kind
+        for outcome, count in (
+            ("approved", k.approved),
+            ("rejected", k.rejected),
+            ("expired", k.expired),
+            ("pending", k.pending),
+        )
+        if count
+    ]
+    parts = [f"<p>{escape(_approvals_line(a))}</p>", _svg_bars("Approvals by kind and outcome", bars)]
+    if a.by_kind:
+        parts.append(
+            _table(
+                ("kind", "total", "approved", "rejected", "expired", "pending at end"),
+                [(k.kind.value, k.total, k.approved, k.rejected, k.expired, k.pending) for k in a.by_kind],
+            )
+        )
+    if a.deciders:
+        parts.append(_table(("decided by", "approvals"), [(r.key, r.count) for r in a.deciders]))
+    if a.rows:
+        parts.append(
+            _table(
+                ("approval", "kind", "job", "incident", "nodes", "requested", "outcome", "decided by", "waited"),
+                [
+                    (
+                        r.id,
+                        r.kind.value,
+                        r.job_id,
+                        r.incident or "-",
+                        _nodes(r),
+                        _when(r.requested_at),
+                        _outcome(r),
+                        r.decided_by or "-",
+                        _s(r.waited_s),
+                    )
+                    for r in a.rows
+                ],
+            )
+        )
+    return parts
+
+
 def render_html(s: AuditSummary) -> str:
     """The report as one self-contained HTML page (inline CSS and SVG; no script, no external reference)."""
     lat_rows = [
@@ -452,18 +592,7 @@ def render_html(s: AuditSummary) -> str:
             ],
         ),
         "<h2>Actions that waited for approval</h2>",
-        f"<p>{s.approvals_waited} action(s) waited for approval, {s.approvals_pending} still pending.</p>",
-        _svg_bars(
-            "Wait for approval (s)",
-            [
-                (
-                    f"{a.incident_id} {a.action} {a.target}",
-                    a.waited_s or 0,
-                    _s(a.waited_s) if a.waited_s is not None else "pending",
-                )
-                for a in s.approvals
-            ],
-        ),
+        *_html_approvals(s.approvals),
     ]
     body.append("<h2>Coverage</h2>")
     body += [f"<p>{escape(line)}</p>" for line in _coverage(s)]

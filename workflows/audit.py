@@ -1,9 +1,9 @@
 """Audit: one report of how Rebound did on a cluster over a period (a Schedule runs it hourly; ``rebound audit``
 runs one on demand).
 
-Collect (an activity reads visibility and every JobRecovery run's ``status``), summarise (pure, here, in the
-workflow: ``workflows.policy.audit``), write (an activity renders JSON, Markdown and HTML under the report
-directory). A scheduled run audits the period ending at its *scheduled* time, so consecutive runs tile the
+Collect (an activity reads visibility, every JobRecovery run's ``status`` and the Fleet's approvals), summarise
+(pure, here, in the workflow: ``workflows.policy.audit``), write (an activity renders JSON, Markdown and HTML under
+the report directory). A scheduled run audits the period ending at its *scheduled* time, so consecutive runs tile the
 timeline even when one starts late.
 """
 
@@ -49,7 +49,7 @@ SCHEDULED_START_TIME = SearchAttributeKey.for_datetime("TemporalScheduledStartTi
 
 @workflow.defn(name="Audit")
 class AuditWorkflow:
-    """Reads the period's JobRecovery workflows and writes the audit report."""
+    """Reads the period's JobRecovery workflows and Fleet approvals, and writes the audit report."""
 
     @workflow.run
     async def run(self, inp: AuditInput) -> AuditResult:
@@ -58,7 +58,8 @@ class AuditWorkflow:
         collection = await workflow.execute_activity_method(
             AuditActivities.collect,
             AuditCollectInput(cluster=inp.cluster, since=since, until=until),
-            summary=f"Read JobRecovery workflows of {inp.cluster} ({(until - since).total_seconds() / 3600:.1f} h)",
+            summary=f"Read JobRecovery workflows and the Fleet of {inp.cluster} "
+            f"({(until - since).total_seconds() / 3600:.1f} h)",
             **AUDIT_COLLECT,
         )
         summary = summarise(collection)
@@ -80,7 +81,8 @@ class AuditWorkflow:
             detection_p95_s=summary.detection.p95,
             action_p50_s=summary.action.p50,
             action_p95_s=summary.action.p95,
-            approvals_waited=summary.approvals_waited,
+            approvals_waited=summary.approvals.total,
+            approvals_pending=summary.approvals.pending_at_end,
             unreadable_runs=len(summary.failures),
         )
         workflow.set_current_details(f"## Audit of {inp.cluster}\n\n{result.headline()}\n\n- {paths.html_path}\n")

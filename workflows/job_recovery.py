@@ -255,6 +255,10 @@ class JobRecoveryWorkflow:
         if result.outcome is WatchOutcome.CHANGED:
             if result.job.restart_count > job.restart_count:
                 self._record("REQUEUED", f"requeued outside Rebound (restart {result.job.restart_count})")
+                # A new attempt: its start-up (scheduling, model and checkpoint load) is not a hang.
+                if self._progress is not None:
+                    self._progress = note_restart(self._progress, workflow.now())
+                self._reported_stragglers = ()
             self._record("CHANGED", f"job is {result.job.state.value} on {','.join(result.job.nodes) or '-'}")
             return result.job, None, ()
         return result.job, result.anomaly, result.findings

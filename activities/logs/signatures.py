@@ -271,6 +271,17 @@ _ROWS: tuple[Signature, ...] = (
     # srun's status listing after the first task ended ("srun: StepId=5.0 task 1: exited abnormally").
     _row("srun_task_abnormal", _C.SLURM_TASK_EXIT, _K.RANK_EXIT, _CU, 100,
          _CLIENT + r"(?:StepId=\S+ )?tasks? (?P<ranks>\d+(?:[-,]\d+)*): exited abnormally", hints=_CLIENT_HINTS),
+    # slurmstepd's own account of a task's end (slurmd's log at verbose level, or the step's stderr): "task 3 (4321)
+    # exited with exit code 1.", "task 3 (4321) exited. Killed by signal 9.", and a task plugin's "Terminating job
+    # step 5.0; task 0 exit code 1 exited without notification" (the task died without telling the step; code 0 there
+    # is still a failure: it was signaled or aborted).
+    _row("stepd_task_exit", _C.SLURM_TASK_EXIT, _K.RANK_EXIT, _CU, 100,
+         r"\btask (?P<rank>\d+) (?:\(\d+\) exited with exit code (?=[1-9])"
+         r"|exit code (?=\d+ (?:exited|signaled|aborted) without notification))(?P<exit_code>\d+)", by_signal=True,
+         hints=("exit code",)),
+    _row("stepd_task_signal", _C.SLURM_TASK_EXIT, _K.FATAL_SIGNAL, _CU, 100,
+         r"\btask (?P<rank>\d+) \(\d+\) exited\. Killed by signal (?P<signal>\d+)", by_signal=True,
+         hints=("killed by signal",)),
     # --- lost nodes ---
     _row("srun_node_failure", _C.SLURM_NODE_FAILURE, _K.NODE_FAILURE, _CU, 100,
          _CLIENT + r"error: Node failure on (?P<host>[\w.\-]+)", hints=_CLIENT_HINTS),
@@ -303,15 +314,23 @@ _ROWS: tuple[Signature, ...] = (
     # --- GPU and fabric hardware ---
     _row("nvrm_xid", _C.XID, _K.XID, _CU, 95, rf"NVRM: Xid \((?:PCI:)?(?P<gpu>{_PCI})?[^)]*\): (?P<xid>\d+)\b",
          xid_catalog=True, hints=("nvrm: xid",)),
+    # The driver's and NVML's names for it too: NV_ERR_GPU_IS_LOST, whose text is "GPU lost from the bus" (NVRM's
+    # failed RPCs, "Check failed: ..."), and NVML_ERROR_GPU_IS_LOST ("GPU is lost").
     _row("gpu_fell_off_bus", _C.GPU_FELL_OFF_BUS, _K.CUDA_ERROR, _CU, 95,
-         rf"fallen off the bus|\bGPU is lost\b|Unable to determine the device handle for GPU ?(?P<gpu>{_PCI})",
-         hints=("fallen off the bus", "gpu is lost", "unable to determine the device handle")),
+         r"fallen off the bus|\bGPU is lost\b|\bGPU lost from the bus\b|\bNV(?:ML)?_ERR(?:OR)?_GPU_IS_LOST\b"
+         rf"|Unable to determine the device handle for GPU ?(?P<gpu>{_PCI})",
+         hints=("fallen off the bus", "gpu is lost", "gpu lost from the bus", "_gpu_is_lost",
+             "unable to determine the device handle")),
     _row("cuda_ecc", _C.CUDA_ECC, _K.CUDA_ERROR, _CU, 94,
          _NOT_A_HINT + r"cudaErrorECCUncorrectable|(?i:uncorrectable ECC error)|(?i:double[- ]bit ECC)",
          hints=("eccuncorrectable", "uncorrectable ecc", "bit ecc")),
+    # A work request that completed in error. ibverbs says "transport retry counter exceeded" / "RNR retry counter
+    # exceeded"; UCX says "Transport retry count exceeded" / "Receive-no-ready retry count exceeded" and prints the
+    # CQE's syndrome, "(synd 0x15 vend 0x81 ...)", only for a completion with error (flushes are traced, not logged).
     _row("ib_completion_error", _C.NETWORK_IB_ERROR, _K.COMM_ERROR, _VI, 93,
-         r"NET/IB\w*\s*:\s*Got completion|IBV_WC_\w+_ERR|transport retry counter exceeded|local catastrophic error",
-         hints=("got completion", "ibv_wc_", "retry counter exceeded", "catastrophic")),
+         r"NET/IB\w*\s*:\s*Got completion|IBV_WC_\w+_ERR|local catastrophic error"
+         r"|(?i:(?:transport|RNR|receive-no-ready) retry count(?:er)? exceeded)|\(synd 0x[0-9a-f]+ vend 0x[0-9a-f]+",
+         hints=("got completion", "ibv_wc_", "retry count", "catastrophic", "(synd 0x")),
     _row("ib_error", _C.NETWORK_IB_ERROR, _K.COMM_ERROR, _VI, 93,
          r"NET/IB\w*\s*:.*(?:[Ee]rror|[Ff]ail)|\bibv_\w+(?:\(\))? failed|\bibv_poll_cq\b.*(?:[Ee]rror|[Ff]ail)"
          r"|\bmlx5\w*\b.*(?i:error|fail|catastroph|unrecoverable|compromised|link down|port down|cable unplugged)"
@@ -322,12 +341,21 @@ _ROWS: tuple[Signature, ...] = (
          hints=("xid",)),
     # --- CUDA: before any communication row, so "watchdog terminated with exception: CUDA error: ..." is CUDA ---
     # Out of device memory and device-side asserts (an index out of range in a kernel) are the program's doing.
+    # NCCL prints a failed CUDA call as "Cuda failure 'out of memory'" (runtime) or "Cuda failure 2 'out of memory'"
+    # (driver, with the CUresult). PyTorch's allocator explains the failed allocation in the rest of its message,
+    # which is all that is left when the head was cut off or the message wrapped: "Tried to allocate 20.00 MiB (GPU 0;
+    # ... reserved in total by PyTorch)", since 2.1 "GPU 0 has a total capacity of ... of which ... is free ... is
+    # reserved by PyTorch but unallocated". XLA and TensorFlow say RESOURCE_EXHAUSTED / "OOM when allocating tensor".
     _row("cuda_oom", _C.CUDA_OOM, _K.CUDA_ERROR, _CU, 90,
-         r"CUDA (?:error: )?out of memory|HIP (?:error: )?out of memory|Cuda failure '?out of memory"
+         r"CUDA (?:error: )?out of memory|HIP (?:error: )?out of memory|(?:Cuda|HIP) failure (?:\d+ )?'?out of memory"
          r"|[Cc][Uu][Dd][Aa] (?:runtime |driver )?error(?: \(\d+\))? ?: out of memory"
          r"|\b(?:torch\.(?:cuda\.)?)?OutOfMemoryError\b|CUBLAS_STATUS_ALLOC_FAILED|"
-         + _NOT_A_HINT + r"cudaErrorMemoryAllocation",
-         hints=("out of memory", "outofmemoryerror", "cublas_status_alloc_failed", "cudaerrormemoryallocation")),
+         + _NOT_A_HINT + r"cudaErrorMemoryAllocation"
+         r"|Tried to allocate [\d.]+ \w+ \(GPU \d+;|\bGPU ?\d* has a total capacity of [\d.]+ \w+ of which"
+         r"|reserved in total by PyTorch|is reserved by PyTorch but unallocated"
+         r"|RESOURCE_EXHAUSTED: Out of memory while trying to allocate|\bOOM when allocating tensor",
+         hints=("out of memory", "outofmemoryerror", "cublas_status_alloc_failed", "cudaerrormemoryallocation",
+             "tried to allocate", "has a total capacity", "by pytorch", "oom when allocating")),
     _row("cuda_device_assert", _C.CUDA_DEVICE_ASSERT, _K.CUDA_ERROR, _CU, 90,
          r"device-side assert(?:ion)? triggered|" + _NOT_A_HINT + r"cudaErrorAssert\b"
          r"|\.cuh?:\d+: .*block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .* failed",
@@ -343,7 +371,8 @@ _ROWS: tuple[Signature, ...] = (
          hints=("unspecified launch failure", "launch timed out", "cudaerrorlaunch")),
     _row("cuda_init_failure", _C.CUDA_INIT_FAILURE, _K.CUDA_ERROR, _CU, 88,
          r"no CUDA-capable device is detected|CUDA driver version is insufficient|Found no NVIDIA driver"
-         r"|NVIDIA driver on your system is too old|CUDA error: initialization error|invalid device ordinal"
+         r"|NVIDIA driver on your system is too old|(?:CUDA error: |Cuda failure (?:\d+ )?')initialization error"
+         r"|invalid device ordinal|CUDA driver initialization failed|Unexpected error from cudaGetDeviceCount\(\)"
          r"|No CUDA GPUs are available|CUDA-capable device\(s\) (?:is|are|is/are) busy or unavailable"
          r"|CUDA error: system not yet initialized|CUDA unknown error - this may be due to an incorrectly set up"
          r"|Failed to initialize NVML|Driver/library version mismatch|couldn't communicate with the NVIDIA driver"
@@ -352,6 +381,7 @@ _ROWS: tuple[Signature, ...] = (
          r"|SystemNotReady)\b",
          hints=("cuda-capable", "driver version is insufficient", "no nvidia driver",
              "driver on your system is too old", "initialization error", "invalid device ordinal", "no cuda gpus",
+             "cuda driver initialization failed", "from cudagetdevicecount",
              "system not yet initialized", "cuda unknown error", "initialize nvml", "version mismatch",
              "communicate with the nvidia driver", "no devices were found", "rminitadapter", "cudaerror")),
     _row("cuda_unknown_error", _C.CUDA_UNKNOWN_ERROR, _K.CUDA_ERROR, _CU, 87,
@@ -373,15 +403,22 @@ _ROWS: tuple[Signature, ...] = (
          r"DataLoader worker \(pid(?:\(s\))? [\d, ]+\) is killed by signal: Bus error|unable to write to file </torch_"
          r"|insufficient shared memory \(shm\)|Unexpected bus error encountered in worker", signal=7,
          hints=("dataloader worker", "unable to write to file", "insufficient shared memory", "unexpected bus error")),
+    # Keras's and MindSpore's TerminateOnNaN print "Invalid loss, terminating training"; HF's DebugUnderflowOverflow
+    # "Detected inf/nan during batch_number=N".
     _row("nan_loss", _C.NAN_LOSS, _K.PYTHON_EXCEPTION, _CU, 80,
-         r"[Ff]ound [Nn]a[Nn] in|NaN or Inf found in|[Nn]a[Nn] loss|[Dd]etected [Nn]a[Nn]|[Ee]ncountered [Nn]a[Nn]"
-         r"|returned nan values in its \d+\w* output|is non-finite, so it cannot be clipped"
+         r"[Ff]ound [Nn]a[Nn] in|NaN or Inf found in|[Nn]a[Nn] loss|[Dd]etected (?:inf/)?[Nn]a[Nn]"
+         r"|[Ee]ncountered [Nn]a[Nn]"
+         r"|returned nan values in its \d+\w* output|is non-finite, so it cannot be clipped|Invalid loss, terminating"
          r"|Minimum loss scale reached|loss scale already at minimum|[Gg]rad[ _]norm\S*\s*[:=]\s*(?:[Nn]a[Nn]|NAN)\b",
-         hints=("nan", "non-finite", "loss scale")),
-    # The loss printed as NaN or Inf ("loss: nan", "'loss': nan", "Loss is inf"): training diverged.
+         hints=("nan", "non-finite", "loss scale", "invalid loss")),
+    # The loss printed or checked as NaN or Inf: training diverged. "loss: nan", "'loss': nan", a named term
+    # ("loss_cls: nan"), "Loss is inf", Detectron2's FloatingPointError "Loss became infinite or NaN", MMCV's "loss
+    # become infinite or NaN", Lightning's "The loss returned in `training_step` is nan" (or "is tensor(nan, ...)"),
+    # Composer's "Train loss contains a NaN".
     _row("loss_not_finite", _C.NAN_LOSS, _K.PYTHON_EXCEPTION, _CU, 80,
-         r"[Ll][Oo][Ss][Ss](?![A-Za-z])['\"]?(?: value)?\s*(?:is\s|became\s|went\s|=|:)\s*['\"]?"
-         r"(?:[Nn]a[Nn]|NAN|-?[Ii]nf|-?INF)\b", hints=("loss",)),
+         r"[Ll][Oo][Ss][Ss](?:_[A-Za-z0-9]{1,32}+){0,4}+(?![A-Za-z0-9])['\"]?(?: value| returned in `\w+`)?\s*"
+         r"(?:is\s|became\s|become\s|went\s|contains\s(?:an?\s)?|=|:)\s*['\"]?(?:tensor\()?"
+         r"(?:[Nn]a[Nn]|NAN|-?[Ii]nf(?:inite|inity)?|-?INF)\b", hints=("loss",)),
     _row("checkpoint_io", _C.CHECKPOINT_IO_ERROR, _K.PYTHON_EXCEPTION, _CU, 80,
          r"No space left on device|Disk quota exceeded|PytorchStreamWriter failed|PytorchStreamReader failed"
          r"|failed finding central directory|inline_container\.cc.*(?:unexpected pos|file write failed)"
@@ -427,8 +464,10 @@ _ROWS: tuple[Signature, ...] = (
              "inplace operation", "finished reduction", "has not been initialized", "weight type",
              "izes of tensors must match", "equal size", "index out of range in self", "is out of bounds",
              "mismatch between collectives")),
+    # A message that starts on the next line ("AssertionError:" alone: torch's own driver check raised one that way,
+    # "\nFound no NVIDIA driver on your system ...") is read there; the bare line is left to the weak catch-all.
     _row("python_exception", _C.USER_EXCEPTION, _K.PYTHON_EXCEPTION, _CU, 75,
-         rf"^(?P<exception>(?:[A-Za-z_]\w*\.)*(?:{_USER_TYPES}))(?::\s*(?P<message>.*))?$",
+         rf"^(?P<exception>(?:[A-Za-z_]\w*\.)*(?:{_USER_TYPES}))(?::\s*(?P<message>\S.*))?$",
          hints=("error", "exception")),
     _row("abort", _C.SLURM_TASK_EXIT, _K.FATAL_SIGNAL, _CU, 70,
          r"Fatal Python error: Aborted|\bSIGABRT\b|\b[Ss]ignal:? 6\b", signal=6,

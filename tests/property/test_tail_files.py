@@ -165,8 +165,11 @@ class TailMachine(RuleBasedStateMachine):
         if f is None or keep >= len(f.content):
             return
         os.truncate(f.path, keep)
+        # Ids of every line that starts in the kept prefix may come again: the line cut by the truncation too (its
+        # kept start, completed by later bytes, is a line the reader has not seen in that form).
+        cut_line_end = f.content.find(b"\n", keep)
+        self.repeatable |= set(_ids(f.content[: len(f.content) if cut_line_end < 0 else cut_line_end]))
         f.content, f.stream = f.content[:keep], b""
-        self.repeatable |= set(_ids(f.content))
         f.lossy = True
         self.reset = True
 

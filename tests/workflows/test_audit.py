@@ -3,6 +3,7 @@
 Stand-in ``JobRecovery`` workflows answer ``status`` with hand-built incidents (tests/unit/audit/builders.py), so
 the report's numbers are known in advance: one job still running, one that gave up (a closed run, read by
 replay), one that continued as new (two runs, one incident in both), and one whose worker is gone (unreadable).
+A stand-in ``Fleet`` answers ``status`` with the builders' approvals; without one, the report says "no Fleet".
 """
 
 from __future__ import annotations
@@ -25,15 +26,16 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from activities.audit import AuditActivities, visibility_query
-from tests.unit.audit.builders import job_101_incidents, job_202_incidents, status
+from tests.unit.audit.builders import fleet_approvals, job_101_incidents, job_202_incidents, status
 from workers.audit_cli import run_audit, wait_with_progress
 from workers.audit_schedule import ScheduleOutcome, ensure_audit_schedule
 from workers.cli import main
 from workers.settings import AuditSettings, Settings, TemporalSettings
 from workflows.audit import AuditWorkflow
-from workflows.constants import CLUSTER, audit_schedule_id
+from workflows.constants import CLUSTER, audit_schedule_id, fleet_workflow_id
 from workflows.domain.audit import AuditInput, AuditResult
 from workflows.domain.base import Frozen
+from workflows.domain.fleet import BreakerStatus, FleetPolicy, FleetState, FleetStatus
 from workflows.domain.recovery import JobRecoveryStatus, RecoveryState
 
 
@@ -63,13 +65,35 @@ class FakeJobRecovery:
         return self._status
 
 
+@workflow.defn(name="Fleet")
+class FakeFleet:
+    """Stands in for the cluster's Fleet: answers ``status`` with the status it was given, and runs on."""
+
+    @workflow.init
+    def __init__(self, st: FleetStatus) -> None:
+        self._status = st
+
+    @workflow.run
+    async def run(self, st: FleetStatus) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.query
+    def status(self) -> FleetStatus:
+        return self._status
+
+
 @asynccontextmanager
 async def _workers(client: Client, jobs_queue: str, audit_queue: str, report_dir: Path) -> AsyncIterator[None]:
     # The stand-in lives in this module, which the sandbox would re-import: it runs unsandboxed. AuditWorkflow runs
     # in the sandbox, as in production.
     acts = AuditActivities(client, report_dir=report_dir, query_timeout_s=2.0)
     async with (
-        Worker(client, task_queue=jobs_queue, workflows=[FakeJobRecovery], workflow_runner=UnsandboxedWorkflowRunner()),
+        Worker(
+            client,
+            task_queue=jobs_queue,
+            workflows=[FakeJobRecovery, FakeFleet],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ),
         Worker(client, task_queue=audit_queue, workflows=[AuditWorkflow], activities=[acts.collect, acts.write_report]),
     ):
         yield
@@ -123,6 +147,17 @@ async def test_audit_report_numbers_match_known_incidents(temporal_client: Clien
         )
         gave_up = status(202, job_202_incidents(now - timedelta(hours=8)), state=RecoveryState.GAVE_UP)
         await _start_job(client, cluster, jobs_queue, 202, FakeJobInput(runs=(gave_up,), finish=True))
+        # The Fleet's approvals lie around the period's end as the builders' lie around theirs (UNTIL = base + 10 h),
+        # so the period here starts 5 h before their base: a-1 (decided 2000 s before the base) is in it too.
+        state = FleetState(cluster=cluster, approvals=fleet_approvals(until - timedelta(hours=10)))
+        fleet = await client.start_workflow(
+            FakeFleet.run,
+            FleetStatus(
+                state=state, breaker=BreakerStatus(drained_in_window=0, cap=4, open=False), policy=FleetPolicy()
+            ),
+            id=fleet_workflow_id(cluster),
+            task_queue=jobs_queue,
+        )
         # Nobody polls this queue: its status cannot be read.
         orphan = await _start_job(client, cluster, f"gone-{uuid.uuid4().hex}", 404, FakeJobInput(runs=(gave_up,)))
         query = visibility_query(cluster, since, until)
@@ -139,11 +174,13 @@ async def test_audit_report_numbers_match_known_incidents(temporal_client: Clien
         )
         result = await handle.result()
         await orphan.terminate("test over")
+        await fleet.terminate("test over")
         await client.get_workflow_handle(f"rebound/{cluster}/job/101").terminate("test over")
 
-    # Approvals: the builders' approval fields live on an ActionRecord subclass, and the status crosses the wire as
-    # ActionRecord, which has no such fields yet: 0, as the report says for records from before approvals.
-    assert (result.jobs, result.incidents, result.unreadable_runs, result.approvals_waited) == (2, 5, 1, 0)
+    assert (result.jobs, result.incidents, result.unreadable_runs) == (2, 5, 1)
+    # Approvals of the period (builders' table): a-1 .. a-6, a-8, a-9; a-7 was requested after it. a-6 was decided
+    # after it: pending here, with a-3 and a-8.
+    assert (result.approvals_waited, result.approvals_pending) == (8, 3)
     assert (result.detection_p50_s, result.detection_p95_s) == (10.0, 82.0)
     assert (result.action_p50_s, result.action_p95_s) == (30.0, 57.0)
     report = _read_json(result.paths.json_path)
@@ -158,6 +195,22 @@ async def test_audit_report_numbers_match_known_incidents(temporal_client: Clien
         "user-bug": 1,
     }
     assert report["top_nodes"][0] == {"node": "n1", "incidents": 2, "drains": 1}
+    approvals = report["approvals"]
+    assert (approvals["fleet"], approvals["fleet_workflow_id"]) == ("read", fleet_workflow_id(cluster))
+    assert approvals["by_kind"] == [
+        {"kind": "drain", "total": 6, "approved": 3, "rejected": 0, "expired": 1, "pending": 2},
+        {"kind": "restart", "total": 2, "approved": 0, "rejected": 1, "expired": 0, "pending": 1},
+    ]
+    # Waits of the five decided in the period: a-2 20, a-9 60, a-4 900, a-5 900 (expired), a-1 1000 s.
+    assert approvals["wait"]["values"] == [20.0, 60.0, 900.0, 900.0, 1000.0]
+    assert (approvals["wait"]["p50"], approvals["wait"]["max"]) == (900.0, 1000.0)
+    assert {r["key"]: r["count"] for r in approvals["deciders"]} == {
+        "bob": 2,
+        "alice": 1,
+        "carol": 1,
+        "nobody (expired)": 1,
+    }
+    assert [r["id"] for r in approvals["rows"]] == ["a-8", "a-1", "a-4", "a-2", "a-3", "a-9", "a-5", "a-6"]
     goodput = {g["job_id"]: g for g in report["goodput"]}
     # 101 runs on: 300 + 600 + 600 s down (incident 1 merged from both runs, resumed). 202 closed at once: its
     # open incident (detected before the run started) covers all of its observed window.
@@ -166,9 +219,12 @@ async def test_audit_report_numbers_match_known_incidents(temporal_client: Clien
     assert 6 * 3600 - 10 < goodput[101]["observed_s"] <= 6 * 3600
     assert goodput[202]["goodput"] == 0.0 and goodput[202]["downtime_s"] == goodput[202]["observed_s"] > 0
     html = _read(result.paths.html_path)
-    assert html.count("<svg ") == 7 and "train-101" in html  # seven charts; approvals: a note, none waited
-    assert "Wait for approval (s): none in this period." in html
-    assert "| 101 | train-101 |" in _read(result.paths.markdown_path)
+    assert html.count("<svg ") == 8 and "train-101" in html  # eight charts, the last one the approvals'
+    assert "<td>drain</td><td>6</td><td>3</td><td>0</td><td>1</td><td>2</td>" in html
+    md = _read(result.paths.markdown_path)
+    assert "| 101 | train-101 |" in md
+    assert "8 action(s) waited for approval, 3 still pending at the end of the period." in md
+    assert f"- Fleet rebound/{cluster}/fleet read: 8 approval(s) of the period." in md
     # The recorded history replays against the current code: the workflow is deterministic.
     replayer = Replayer(workflows=[AuditWorkflow], data_converter=pydantic_data_converter)
     await replayer.replay_workflow(await handle.fetch_history())
@@ -254,7 +310,12 @@ async def test_rebound_audit_runs_one_on_demand(
         result = AuditResult.model_validate_json(out)
         assert (result.cluster, result.jobs, result.incidents) == (cluster, 0, 0)
         assert (result.until - result.since).total_seconds() == 7200
-        assert _read_json(result.paths.json_path)["cluster"] == cluster
+        report = _read_json(result.paths.json_path)
+        assert report["cluster"] == cluster and result.approvals_waited == 0
+        assert (report["approvals"]["fleet"], report["approvals"]["total"]) == ("missing", 0)
+        assert f"- no Fleet (rebound/{cluster}/fleet not found): approvals not read, 0 reported." in _read(
+            result.paths.markdown_path
+        )
 
         rc = await run_audit(settings, 600, client=client, progress=progress)
         text = capsys.readouterr().out

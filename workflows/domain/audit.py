@@ -1,16 +1,19 @@
 """The Audit workflow's input, what its activities collect and write, and what it answers.
 
 Payloads stay bounded: the collect activity reduces each JobRecovery ``status`` to ``IncidentDigest`` records
-(no evidence text, stacks or timelines), at most ``MAX_AUDIT_INCIDENTS`` in all, and says how many it left out.
+(no evidence text, stacks or timelines), at most ``MAX_AUDIT_INCIDENTS`` in all, and the Fleet's approvals to
+``ApprovalDigest`` records, at most ``MAX_AUDIT_APPROVALS``, and says how many it left out.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from pydantic import AwareDatetime, Field, model_validator
 
 from workflows.domain.base import Frozen
+from workflows.domain.fleet import ApprovalKind, ApprovalOutcome
 
 #: The longest period one audit covers (older workflows have usually left visibility's retention anyway).
 MAX_AUDIT_PERIOD_S = 90 * 24 * 3600.0
@@ -21,6 +24,9 @@ MAX_AUDIT_INCIDENTS = 1000
 MAX_AUDIT_WORKFLOWS = 1000
 #: Characters of an incident's summary kept in a digest.
 MAX_SUMMARY_CHARS = 160
+#: Fleet approvals carried to the report, newest kept. The Fleet holds at most 100 decided ones, but every pending
+#: one: this bounds the payload however many pile up.
+MAX_AUDIT_APPROVALS = 500
 
 
 class AuditInput(Frozen):
@@ -63,16 +69,49 @@ class AuditInput(Frozen):
 
 
 class ApprovalDigest(Frozen):
-    """A recovery action that waited for an operator's approval (read from the action record, if it says so)."""
+    """One of the Fleet's approvals (``workflows.domain.fleet.Approval``) as it stands when the audit reads it."""
 
-    action: str
-    target: str
+    id: str
+    kind: ApprovalKind
+    job_id: int
+    incident: str = ""
+    cause: str = ""
+    nodes: tuple[str, ...] = ()
+    """Nodes to drain; empty for a restart."""
     requested_at: datetime
     decided_at: datetime | None = None
-    """When it was approved (or rejected); None while pending."""
+    """When an operator answered or the deadline expired it; None while pending."""
+    outcome: ApprovalOutcome = ApprovalOutcome.PENDING
     decided_by: str = ""
-    approved: bool | None = None
-    """None while pending."""
+    """The operator; empty when it expired."""
+    applied: ApprovalOutcome | None = None
+    """What was carried out (an expired approval gets the policy's default)."""
+
+
+class FleetRead(StrEnum):
+    """Whether the audit could read the cluster's Fleet (the approvals' only record)."""
+
+    READ = "read"
+    MISSING = "missing"
+    """No Fleet workflow with that id: nothing waited for approval on this cluster as far as Temporal knows."""
+    UNREADABLE = "unreadable"
+    """It exists but its ``status`` did not answer (no worker, a failed replay): its approvals are unknown."""
+
+
+class FleetApprovals(Frozen):
+    """The Fleet's approvals that overlap the period, and how far they can be trusted."""
+
+    workflow_id: str = ""
+    read: FleetRead = FleetRead.MISSING
+    message: str = ""
+    """Why it could not be read."""
+    approvals: tuple[ApprovalDigest, ...] = ()
+    """Oldest request first."""
+    dropped: int = 0
+    """Oldest approvals of the period left out past ``MAX_AUDIT_APPROVALS``."""
+    history_full: bool = False
+    """The Fleet holds as many decided approvals as it keeps, and the oldest of them was decided at or after the
+    period's start: decisions of the period it already forgot may be missing."""
 
 
 class IncidentDigest(Frozen):
@@ -96,7 +135,6 @@ class IncidentDigest(Frozen):
     restarted_at: datetime | None = None
     resumed_at: datetime | None = None
     outcome: str = ""
-    approvals: tuple[ApprovalDigest, ...] = ()
 
 
 class JobAudit(Frozen):
@@ -145,6 +183,7 @@ class AuditCollection(Frozen):
     """Oldest incidents left out past ``max_incidents``."""
     jobs: tuple[JobAudit, ...] = ()
     failures: tuple[CollectFailure, ...] = ()
+    fleet: FleetApprovals = FleetApprovals()
 
 
 # ----- what the pure summary computes -----------------------------------------------------------------------------
@@ -193,16 +232,51 @@ class JobGoodput(Frozen):
 
 
 class ApprovalRow(Frozen):
-    incident_id: str
+    """One approval of the period as it stood at the period's end (a later decision is not known yet)."""
+
+    id: str
+    kind: ApprovalKind
     job_id: int
-    action: str
-    target: str
+    incident: str = ""
+    nodes: tuple[str, ...] = ()
     requested_at: datetime
     decided_at: datetime | None = None
+    """None: still pending at the end of the period."""
+    outcome: ApprovalOutcome
     decided_by: str = ""
-    approved: bool | None = None
+    applied: ApprovalOutcome | None = None
     waited_s: float | None = None
     """Requested -> decided; None while pending."""
+
+
+class ApprovalKindRow(Frozen):
+    """Approvals of one kind by their outcome at the end of the period."""
+
+    kind: ApprovalKind
+    total: int = 0
+    approved: int = 0
+    rejected: int = 0
+    expired: int = 0
+    pending: int = 0
+
+
+class ApprovalSummary(Frozen):
+    """Actions that waited for an operator during the period (definitions: ``workflows.policy.audit``)."""
+
+    fleet_workflow_id: str = ""
+    fleet: FleetRead = FleetRead.MISSING
+    fleet_message: str = ""
+    total: int = 0
+    """Approvals requested, decided, or waiting during the period."""
+    pending_at_end: int = 0
+    by_kind: tuple[ApprovalKindRow, ...] = ()
+    wait: LatencyStats = LatencyStats()
+    """Requested -> decided, over the approvals decided in the period."""
+    deciders: tuple[CountRow, ...] = ()
+    """Who decided the approvals decided in the period (``EXPIRED_DECIDER`` for the deadline)."""
+    rows: tuple[ApprovalRow, ...] = ()
+    dropped: int = 0
+    history_full: bool = False
 
 
 class AuditSummary(Frozen):
@@ -227,9 +301,7 @@ class AuditSummary(Frozen):
     goodput: tuple[JobGoodput, ...] = ()
     cluster_goodput: float | None = None
     """Time-weighted over all jobs: ``1 - sum(downtime) / sum(observed)``."""
-    approvals: tuple[ApprovalRow, ...] = ()
-    approvals_waited: int = 0
-    approvals_pending: int = 0
+    approvals: ApprovalSummary = ApprovalSummary()
     failures: tuple[CollectFailure, ...] = ()
     runs_listed: int = 0
     runs_skipped: int = 0
@@ -262,6 +334,8 @@ class AuditResult(Frozen):
     action_p50_s: float | None = None
     action_p95_s: float | None = None
     approvals_waited: int = 0
+    approvals_pending: int = 0
+    """Still waiting for an operator at the end of the period."""
     unreadable_runs: int = 0
 
     def headline(self) -> str:
@@ -277,6 +351,8 @@ class AuditResult(Frozen):
             f"{secs(self.detection_p50_s, self.detection_p95_s)}, recovery action "
             f"{secs(self.action_p50_s, self.action_p95_s)}, {self.approvals_waited} action(s) waited for approval"
         )
+        if self.approvals_pending:
+            text += f" ({self.approvals_pending} still pending)"
         if self.unreadable_runs:
             text += f"; {self.unreadable_runs} workflow run(s) unreadable"
         return text

@@ -3,7 +3,7 @@
 Definitions (the report repeats them):
 
 - **Incidents of the period**: incidents whose ``detected_at`` lies in ``[since, until)``. Counts, categories,
-  latencies, implicated nodes and approvals are over these.
+  latencies and implicated nodes are over these.
 - **Detection latency** = ``detected_at - onset``, where onset is the earliest timestamp of the failure itself that
   is not after detection: a hang's last progress (``detected_at - silent_for_s``), else the earliest ``at`` of the
   anomaly's or attribution's evidence and of its GPU events. Evidence lines without their own timestamp carry the
@@ -16,8 +16,12 @@ Definitions (the report repeats them):
   ``resumed_at``; an incident that never resumed lasts until the job's next incident is detected, else to the
   end of the observed window (the job gave up, was cancelled, or is still down). Straggler incidents with no
   requeue add nothing: the job kept training, only slower. The cluster figure weights jobs by observed time.
-- **Actions that waited for approval**: recovery actions whose record carries ``approval_requested_at`` (read
-  defensively: records written before approvals existed have none, and count 0).
+- **Actions that waited for approval**: the Fleet's approvals (drains and restarts held for an operator) that were
+  requested, decided or still waiting during the period: ``requested_at < until`` and not decided before
+  ``since``. Each is taken as it stood at ``until``: one decided later counts as pending at the end. Wait =
+  ``decided_at - requested_at`` over the approvals decided in the period (an expiry is a decision: the deadline
+  answered). The Fleet is the approvals' only record and keeps its ``MAX_DECIDED_APPROVALS`` most recent decided
+  ones: older decisions are gone, and the report says when that may cut into the period.
 
 Percentiles interpolate linearly between closest ranks (numpy's default), as ``rebound bench`` does.
 """
@@ -30,12 +34,17 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from workflows.domain.audit import (
+    MAX_AUDIT_APPROVALS,
     MAX_SUMMARY_CHARS,
     ApprovalDigest,
+    ApprovalKindRow,
     ApprovalRow,
+    ApprovalSummary,
     AuditCollection,
     AuditSummary,
     CountRow,
+    FleetApprovals,
+    FleetRead,
     IncidentDigest,
     JobAudit,
     JobGoodput,
@@ -43,15 +52,20 @@ from workflows.domain.audit import (
     NodeRow,
 )
 from workflows.domain.base import Frozen
-from workflows.domain.incident import ActionKind, ActionRecord, AnomalyKind, Incident
+from workflows.domain.fleet import Approval, ApprovalKind, ApprovalOutcome
+from workflows.domain.incident import ActionKind, AnomalyKind, Incident
 from workflows.domain.recovery import JobRecoveryStatus
+from workflows.policy.fleet import MAX_DECIDED_APPROVALS
 
 __all__ = [
     "DEFINITIONS",
+    "EXPIRED_DECIDER",
     "RunRead",
+    "approval_summary",
     "cap_incidents",
     "digest_incident",
     "downtime_s",
+    "fleet_approvals",
     "histogram",
     "incident_onset",
     "job_audit",
@@ -66,7 +80,7 @@ TOP_NODES = 10
 #: The report's definitions of its numbers, printed in every report (keep in step with the module docstring).
 DEFINITIONS: dict[str, str] = {
     "incidents of the period": "incidents whose detection time lies in the period; counts, categories, "
-    "latencies, nodes and approvals are over these.",
+    "latencies and nodes are over these.",
     "detection latency": "detection time minus the failure's onset: a hang's last progress, else the earliest "
     "timestamp of the incident's evidence or GPU events. Evidence lines without a timestamp carry the time "
     "Rebound read them, so this is a lower bound for them; no onset known: counted as unknown.",
@@ -78,13 +92,17 @@ DEFINITIONS: dict[str, str] = {
     "the job's resume; an incident that never resumed lasts until the job's next incident, else to the end of the "
     "monitored time. Straggler reports without a restart add none. The cluster figure weights jobs by monitored "
     "time.",
-    "actions that waited for approval": "recovery actions whose record carries an approval request "
-    "(approval_requested_at); waited = requested until approved or rejected. Records from before approvals "
-    "existed have none and count 0.",
+    "actions that waited for approval": "the Fleet's approvals (drains and restarts held for an operator) "
+    "requested before the end of the period and not decided before its start, each as it stood at the end of the "
+    "period (decided later: pending). Waited = requested until approved, rejected or expired, over those decided "
+    f"in the period. The Fleet keeps only its {MAX_DECIDED_APPROVALS} most recent decided approvals; without a "
+    "Fleet, 0.",
     "percentiles": "linear interpolation between closest ranks (numpy's default).",
 }
 #: Key of incidents never attributed, in "incidents by cause".
 UNATTRIBUTED = "unattributed"
+#: Who decided an approval that expired, in "decided by".
+EXPIRED_DECIDER = "nobody (expired)"
 
 
 def utc(t: datetime) -> datetime:
@@ -174,32 +192,9 @@ def incident_onset(incident: Incident) -> datetime | None:
     return min(known, default=None)
 
 
-def _approval(action: ActionRecord) -> ApprovalDigest | None:
-    # Approvals are newer than many stored action records: read the fields only if this record has them.
-    requested = getattr(action, "approval_requested_at", None)
-    if not isinstance(requested, datetime):
-        return None
-    approved_at = getattr(action, "approved_at", None)
-    rejected_at = getattr(action, "rejected_at", None)
-    decided_at = approved_at if isinstance(approved_at, datetime) else None
-    approved: bool | None = True if decided_at is not None else None
-    if decided_at is None and isinstance(rejected_at, datetime):
-        decided_at, approved = rejected_at, False
-    by = getattr(action, "approved_by", None) or getattr(action, "rejected_by", None) or ""
-    return ApprovalDigest(
-        action=action.kind.value,
-        target=action.target,
-        requested_at=utc(requested),
-        decided_at=utc(decided_at) if decided_at is not None else None,
-        decided_by=str(by),
-        approved=approved,
-    )
-
-
 def digest_incident(incident: Incident) -> IncidentDigest:
     """The audit's view of one incident: no evidence text, no stacks; times in UTC."""
     att = incident.attribution
-    approvals = tuple(a for a in (_approval(action) for action in incident.actions) if a is not None)
     return IncidentDigest(
         id=incident.id,
         number=incident.number,
@@ -215,7 +210,6 @@ def digest_incident(incident: Incident) -> IncidentDigest:
         restarted_at=utc(incident.restarted_at) if incident.restarted_at is not None else None,
         resumed_at=utc(incident.resumed_at) if incident.resumed_at is not None else None,
         outcome=incident.outcome,
-        approvals=approvals,
     )
 
 
@@ -285,6 +279,124 @@ def cap_incidents(jobs: Sequence[JobAudit], limit: int) -> tuple[tuple[JobAudit,
         for job in jobs
     )
     return capped, len(everything) - limit
+
+
+# ----- approvals (read from the Fleet) ----------------------------------------------------------------------------
+
+
+def _digest_approval(a: Approval) -> ApprovalDigest:
+    return ApprovalDigest(
+        id=a.id,
+        kind=a.kind,
+        job_id=a.request.job_id,
+        incident=a.request.incident,
+        cause=a.request.cause,
+        nodes=a.nodes,
+        requested_at=utc(a.requested_at),
+        decided_at=utc(a.decided_at) if a.decided_at is not None else None,
+        outcome=a.outcome,
+        decided_by=a.decided_by,
+        applied=a.applied,
+    )
+
+
+def fleet_approvals(
+    workflow_id: str,
+    approvals: Sequence[Approval],
+    since: datetime,
+    until: datetime,
+    limit: int = MAX_AUDIT_APPROVALS,
+) -> FleetApprovals:
+    """The approvals of a Fleet's state that overlap ``[since, until)``, newest ``limit`` kept (module docstring).
+
+    Raises:
+        ValueError: ``limit`` < 1.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be positive, not {limit}")
+    start, end = utc(since), utc(until)
+    decided = [
+        utc(a.decided_at) for a in approvals if a.outcome is not ApprovalOutcome.PENDING and a.decided_at is not None
+    ]
+    # The Fleet forgets its oldest decided approvals past its bound: only then can a decision of the period be gone.
+    full = len(decided) >= MAX_DECIDED_APPROVALS and min(decided) >= start
+    kept = sorted(
+        (
+            _digest_approval(a)
+            for a in approvals
+            if utc(a.requested_at) < end and (a.decided_at is None or utc(a.decided_at) >= start)
+        ),
+        key=lambda d: (d.requested_at, d.id),
+    )
+    dropped = max(len(kept) - limit, 0)
+    return FleetApprovals(
+        workflow_id=workflow_id,
+        read=FleetRead.READ,
+        approvals=tuple(kept[dropped:]),
+        dropped=dropped,
+        history_full=full,
+    )
+
+
+def _row_at_end(a: ApprovalDigest, until: datetime) -> ApprovalRow:
+    """``a`` as it stood at ``until``: a decision after it is not known yet."""
+    decided_at = utc(a.decided_at) if a.decided_at is not None and a.outcome is not ApprovalOutcome.PENDING else None
+    if decided_at is not None and decided_at >= until:
+        decided_at = None  # decided after the period: pending as far as this report goes
+    done = decided_at is not None
+    return ApprovalRow(
+        id=a.id,
+        kind=a.kind,
+        job_id=a.job_id,
+        incident=a.incident,
+        nodes=a.nodes,
+        requested_at=utc(a.requested_at),
+        decided_at=decided_at,
+        outcome=a.outcome if done else ApprovalOutcome.PENDING,
+        decided_by=a.decided_by if done else "",
+        applied=a.applied if done else None,
+        waited_s=round(_secs(a.requested_at, decided_at), 3) if decided_at is not None else None,
+    )
+
+
+def approval_summary(fleet: FleetApprovals, since: datetime, until: datetime) -> ApprovalSummary:
+    """Counts by kind and outcome, wait, deciders and pending of the period's approvals (module docstring)."""
+    start, end = utc(since), utc(until)
+    rows = tuple(
+        _row_at_end(a, end)
+        for a in sorted(fleet.approvals, key=lambda a: (utc(a.requested_at), a.id))
+        if utc(a.requested_at) < end and (a.decided_at is None or utc(a.decided_at) >= start)
+    )
+    decided = [r for r in rows if r.decided_at is not None]
+    by_kind: list[ApprovalKindRow] = []
+    for kind in ApprovalKind:
+        outcomes = Counter(r.outcome for r in rows if r.kind is kind)
+        if outcomes:
+            by_kind.append(
+                ApprovalKindRow(
+                    kind=kind,
+                    total=outcomes.total(),
+                    approved=outcomes[ApprovalOutcome.APPROVED],
+                    rejected=outcomes[ApprovalOutcome.REJECTED],
+                    expired=outcomes[ApprovalOutcome.EXPIRED],
+                    pending=outcomes[ApprovalOutcome.PENDING],
+                )
+            )
+    return ApprovalSummary(
+        fleet_workflow_id=fleet.workflow_id,
+        fleet=fleet.read,
+        fleet_message=fleet.message,
+        total=len(rows),
+        pending_at_end=sum(1 for r in rows if r.outcome is ApprovalOutcome.PENDING),
+        by_kind=tuple(by_kind),
+        wait=latency_stats([r.waited_s for r in decided]),
+        deciders=_counts(
+            EXPIRED_DECIDER if r.outcome is ApprovalOutcome.EXPIRED else (r.decided_by or "unknown") for r in decided
+        ),
+        rows=rows,
+        dropped=fleet.dropped,
+        history_full=fleet.history_full,
+    )
 
 
 # ----- goodput --------------------------------------------------------------------------------------------------
@@ -374,24 +486,6 @@ def summarise(collection: AuditCollection) -> AuditSummary:
     total_observed = math.fsum(g.observed_s for g in goodput)
     total_down = math.fsum(g.downtime_s for g in goodput)
 
-    approvals = sorted(
-        (
-            ApprovalRow(
-                incident_id=d.id,
-                job_id=job.job_id,
-                action=a.action,
-                target=a.target,
-                requested_at=a.requested_at,
-                decided_at=a.decided_at,
-                decided_by=a.decided_by,
-                approved=a.approved,
-                waited_s=round(_secs(a.requested_at, a.decided_at), 3) if a.decided_at is not None else None,
-            )
-            for job, d in in_period
-            for a in d.approvals
-        ),
-        key=lambda r: (r.requested_at, r.incident_id, r.target),
-    )
     return AuditSummary(
         cluster=collection.cluster,
         since=since,
@@ -409,9 +503,7 @@ def summarise(collection: AuditCollection) -> AuditSummary:
         top_nodes=tuple(NodeRow(node=n, incidents=node_incidents[n], drains=node_drains[n]) for n in top),
         goodput=tuple(goodput),
         cluster_goodput=round(1 - total_down / total_observed, 6) if total_observed > 0 else None,
-        approvals=tuple(approvals),
-        approvals_waited=len(approvals),
-        approvals_pending=sum(1 for r in approvals if r.decided_at is None),
+        approvals=approval_summary(collection.fleet, since, until),
         failures=collection.failures,
         runs_listed=collection.runs_listed,
         runs_skipped=collection.runs_skipped,

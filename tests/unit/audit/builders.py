@@ -1,12 +1,12 @@
-"""Hand-built JobRecovery statuses with known incidents, and the audit numbers they must give (pure).
+"""Hand-built JobRecovery statuses with known incidents, Fleet approvals, and the audit numbers they must give (pure).
 
 Three jobs over a 10 h period (``SINCE`` .. ``UNTIL``); times are offsets in seconds from ``SINCE``:
 
 - job 101 (runs through the whole period): four incidents.
-  1. rank crash at 3600, evidence at 3598 (detection 2 s); xid-79 on n1, drain n1 (approved by alice after
-     20 s), requeue verified at 3630 (action 30 s), resumed at 3900 (resume 300 s). Down 300 s.
-  2. GPU fault at 10800, GPU event at 10790 (detection 10 s); xid-79 on n2, drain n2 (approval still pending),
-     requeue verified at 10860 (60 s); failed again, never resumed: down until incident 3 (600 s).
+  1. rank crash at 3600, evidence at 3598 (detection 2 s); xid-79 on n1, drain n1, requeue verified at 3630
+     (action 30 s), resumed at 3900 (resume 300 s). Down 300 s.
+  2. GPU fault at 10800, GPU event at 10790 (detection 10 s); xid-79 on n2, drain n2, requeue verified at 10860
+     (60 s); failed again, never resumed: down until incident 3 (600 s).
   3. rank crash at 11400, no timestamped evidence (detection unknown); node-down on n3, requeue only, verified at
      11420 (20 s), resumed at 12000 (600 s). Down 600 s.
   4. straggler at 18000 on n1, reported only: no downtime, no latencies.
@@ -15,12 +15,28 @@ Three jobs over a 10 h period (``SINCE`` .. ``UNTIL``); times are offsets in sec
   retryable, no action, never resumed. Down 7200 s of 14400 s: goodput 0.5.
 - job 303 (from before the period to after it): a node failure detected 600 s *before* the period, resumed 600 s
   into it. Not an incident of the period, but 600 s of downtime in it.
+
+The Fleet's approvals (``fleet_approvals``), as the Fleet holds them when the audit reads it:
+
+  a-1  drain n9 (job 99)      requested -3000, approved by bob at -2000    before the period: left out
+  a-8  drain n8 (job 404)     requested -7200, never answered              waited all period: pending at the end
+  a-4  restart (job 202)      requested -600, rejected by bob at 300       decided in the period: waited 900 s
+  a-2  drain n1 (101-1)       requested 3601, approved by alice at 3621    waited 20 s
+  a-3  drain n2 (101-2)       requested 10810, never answered              pending at the end
+  a-9  drain n3 (101-3)       requested 12000, approved by carol at 12060  waited 60 s
+  a-5  drain n5 (job 303)     requested 20000, expired at 20900 (rejected) waited 900 s, decided by nobody
+  a-6  restart (job 101)      requested 35000, approved by alice at 36600  decided after the period: pending at end
+  a-7  drain n7 (job 101)     requested 36500                              after the period: left out
+
+Of the period: 7 (drain 5: 2 approved, 1 expired, 2 pending; restart 2: 1 rejected, 1 pending), 3 pending at
+the end; waits 20, 60, 900, 900 s: p50 480 s, max 900 s; decided by alice, bob, carol, nobody (expired): 1 each.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from workflows.domain.fleet import Approval, ApprovalKind, ApprovalOutcome, IsolationRequest
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.incident import (
     ActionKind,
@@ -43,14 +59,6 @@ CLUSTER = "audit-test"
 
 def at(seconds: float, base: datetime = SINCE) -> datetime:
     return base + timedelta(seconds=seconds)
-
-
-class ApprovedAction(ActionRecord):
-    """An action record with the approval fields a later ActionRecord may carry (the audit reads them if present)."""
-
-    approval_requested_at: datetime | None = None
-    approved_at: datetime | None = None
-    approved_by: str = ""
 
 
 def _att(cls: FailureClass, cause: str, *nodes: str, retryable: bool = True) -> Attribution:
@@ -80,15 +88,8 @@ def job_101_incidents(base: datetime = SINCE) -> tuple[Incident, ...]:
         anomaly=crash,
         attribution=_att(FailureClass.HARDWARE, "xid-79", "n1"),
         actions=(
-            ApprovedAction(
-                key="k/101-1/drain-n1",
-                kind=ActionKind.DRAIN,
-                target="n1",
-                decided_at=t(3601),
-                verified_at=t(3625),
-                approval_requested_at=t(3601),
-                approved_at=t(3621),
-                approved_by="alice",
+            ActionRecord(
+                key="k/101-1/drain-n1", kind=ActionKind.DRAIN, target="n1", decided_at=t(3621), verified_at=t(3625)
             ),
             _requeue(101, 1, t(3626), t(3630)),
         ),
@@ -109,13 +110,7 @@ def job_101_incidents(base: datetime = SINCE) -> tuple[Incident, ...]:
         anomaly=gpu,
         attribution=_att(FailureClass.HARDWARE, "xid-79", "n2"),
         actions=(
-            ApprovedAction(
-                key="k/101-2/drain-n2",
-                kind=ActionKind.DRAIN,
-                target="n2",
-                decided_at=t(10810),
-                approval_requested_at=t(10810),
-            ),
+            ActionRecord(key="k/101-2/drain-n2", kind=ActionKind.DRAIN, target="n2", decided_at=t(10810)),
             _requeue(101, 2, t(10850), t(10860)),
         ),
         restarted_at=t(10860),
@@ -179,4 +174,60 @@ def status(
 ) -> JobRecoveryStatus:
     return JobRecoveryStatus(
         cluster=CLUSTER, job_id=job_id, state=state, job_name=f"train-{job_id}", incidents=incidents
+    )
+
+
+def approval(
+    n: int,
+    kind: ApprovalKind,
+    job_id: int,
+    requested: float,
+    *nodes: str,
+    decided: float | None = None,
+    outcome: ApprovalOutcome = ApprovalOutcome.PENDING,
+    by: str = "",
+    incident: int = 1,
+    base: datetime = SINCE,
+) -> Approval:
+    """An approval as the Fleet holds it; an expired one applied the default (rejected)."""
+    req = IsolationRequest(
+        request_id=f"rebound/{CLUSTER}/job/{job_id}/incident-{incident}",
+        reply_to=f"rebound/{CLUSTER}/job/{job_id}",
+        job_id=job_id,
+        incident=f"{job_id}-{incident}",
+        cause="xid-79",
+        nodes=nodes,
+        requested_at=at(requested, base),
+    )
+    decided_outcome = outcome is not ApprovalOutcome.PENDING
+    return Approval(
+        id=f"a-{n}",
+        kind=kind,
+        request=req,
+        nodes=nodes if kind is ApprovalKind.DRAIN else (),
+        requested_at=at(requested, base),
+        deadline=at(requested + 900, base),
+        outcome=outcome,
+        decided_by=by,
+        decided_at=at(decided, base) if decided is not None else None,
+        applied=(ApprovalOutcome.REJECTED if outcome is ApprovalOutcome.EXPIRED else outcome)
+        if decided_outcome
+        else None,
+    )
+
+
+def fleet_approvals(base: datetime = SINCE) -> tuple[Approval, ...]:
+    """The Fleet's approvals of the module docstring, in the Fleet's order (by number)."""
+    drain, restart = ApprovalKind.DRAIN, ApprovalKind.RESTART
+    ok, no, expired = ApprovalOutcome.APPROVED, ApprovalOutcome.REJECTED, ApprovalOutcome.EXPIRED
+    return (
+        approval(1, drain, 99, -3000, "n9", decided=-2000, outcome=ok, by="bob", base=base),
+        approval(2, drain, 101, 3601, "n1", decided=3621, outcome=ok, by="alice", base=base),
+        approval(3, drain, 101, 10810, "n2", incident=2, base=base),
+        approval(4, restart, 202, -600, decided=300, outcome=no, by="bob", base=base),
+        approval(5, drain, 303, 20000, "n5", decided=20900, outcome=expired, base=base),
+        approval(6, restart, 101, 35000, decided=36600, outcome=ok, by="alice", incident=5, base=base),
+        approval(7, drain, 101, 36500, "n7", incident=6, base=base),
+        approval(8, drain, 404, -7200, "n8", base=base),
+        approval(9, drain, 101, 12000, "n3", decided=12060, outcome=ok, by="carol", incident=3, base=base),
     )

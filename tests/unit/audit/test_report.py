@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from html import escape
 from pathlib import Path
 from typing import cast
 
@@ -14,14 +15,31 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.audit import AuditActivities, render_html, render_markdown, report_json, visibility_query
-from tests.unit.audit.builders import CLUSTER, SINCE, UNTIL, at, job_101_incidents, job_202_incidents, status
-from workflows.domain.audit import AuditCollection, AuditSummary, AuditWriteInput, CollectFailure
+from tests.unit.audit.builders import (
+    CLUSTER,
+    SINCE,
+    UNTIL,
+    at,
+    fleet_approvals,
+    job_101_incidents,
+    job_202_incidents,
+    status,
+)
+from workflows.domain.audit import (
+    AuditCollection,
+    AuditSummary,
+    AuditWriteInput,
+    CollectFailure,
+    FleetApprovals,
+    FleetRead,
+)
 from workflows.policy.audit import DEFINITIONS, RunRead, job_audit, summarise
+from workflows.policy.audit import fleet_approvals as approvals_of_period
 
 EVIL = '<script>alert("x")</script> | **bold** [link](http://evil.example) & `code`'
 
 
-def _summary(job_name: str = "train-101") -> AuditSummary:
+def _summary(job_name: str = "train-101", operator: str = "alice") -> AuditSummary:
     st = status(101, job_101_incidents()).model_copy(update={"job_name": job_name})
     st202 = status(202, job_202_incidents())
     runs = [
@@ -30,8 +48,12 @@ def _summary(job_name: str = "train-101") -> AuditSummary:
     ]
     jobs = tuple(j for j in (job_audit([r], SINCE, UNTIL) for r in runs) if j is not None)
     failure = CollectFailure(workflow_id="rebound/c/job/9", run_id="r9", kind="QUERY_TIMEOUT", message=EVIL)
+    approvals = tuple(a.model_copy(update={"decided_by": operator}) if a.id == "a-2" else a for a in fleet_approvals())
+    fleet = approvals_of_period("rebound/c/fleet", approvals, SINCE, UNTIL)
     return summarise(
-        AuditCollection(cluster=CLUSTER, since=SINCE, until=UNTIL, runs_listed=3, jobs=jobs, failures=(failure,))
+        AuditCollection(
+            cluster=CLUSTER, since=SINCE, until=UNTIL, runs_listed=3, jobs=jobs, failures=(failure,), fleet=fleet
+        )
     )
 
 
@@ -43,23 +65,37 @@ def test_markdown_states_the_numbers_and_definitions() -> None:
     assert "| recovery action | 3 | 2 | 30.0 s | 57.0 s | 36.7 s | 60.0 s |" in md
     assert "| xid-79 | 2 |" in md
     assert "| 202 | train-202 | WATCHING | 14400.0 s | 7200.0 s | 50.00 % | 1 |" in md
-    assert "2 action(s) waited for approval, 1 still pending." in md
+    assert (
+        "7 action(s) waited for approval, 3 still pending at the end of the period. Wait of the 4 decided in the "
+        "period: p50 480.0 s, max 900.0 s." in md
+    )
+    assert "| drain | 5 | 2 | 0 | 1 | 2 |" in md and "| restart | 2 | 0 | 1 | 0 | 1 |" in md
+    assert "| alice | 1 |" in md and "| nobody (expired) | 1 |" in md
+    assert "| a-2 | drain | 101 | 101-1 | n1 | 2025-01-01 01:00:01 | approved | alice | 20.0 s |" in md
+    assert "| a-5 | drain | 303 | 303-1 | n5 | 2025-01-01 05:33:20 | expired (rejected) | - | 900.0 s |" in md
+    assert "| a-6 | restart | 101 | 101-5 | restart of job 101 | 2025-01-01 09:43:20 | pending | - | - |" in md
     assert "3 JobRecovery run(s) listed, 1 unreadable, 0 not read." in md
+    assert "- Fleet rebound/c/fleet read: 7 approval(s) of the period." in md
     for name in DEFINITIONS:
         assert f"**{name}**" in md
 
 
 def test_json_report_is_the_summary_with_its_definitions() -> None:
     data = report_json(_summary())
-    assert data["schema"] == "rebound.audit/1" and data["definitions"] == DEFINITIONS
-    assert data["incidents"] == 5 and data["approvals_waited"] == 2
+    assert data["schema"] == "rebound.audit/2" and data["definitions"] == DEFINITIONS
+    approvals = cast(dict[str, object], data["approvals"])
+    assert data["incidents"] == 5 and (approvals["total"], approvals["pending_at_end"], approvals["fleet"]) == (
+        7,
+        3,
+        "read",
+    )
     assert AuditSummary.model_validate({k: v for k, v in data.items() if k not in ("schema", "definitions")}) == (
         _summary()
     )
 
 
 def test_user_text_is_inert_in_html_and_markdown() -> None:
-    summary = _summary(job_name=EVIL)
+    summary = _summary(job_name=EVIL, operator=EVIL)
     page = render_html(summary)
     assert "<script" not in page and "alert(&quot;x&quot;)" in page
     assert "&lt;script&gt;" in page
@@ -67,6 +103,11 @@ def test_user_text_is_inert_in_html_and_markdown() -> None:
     assert "<script>" not in md and "\\<script\\>" in md
     row = next(line for line in md.splitlines() if line.startswith("| 101 |"))
     assert row.count(" | ") == 6  # the job name's pipe did not add a column
+    row = next(line for line in md.splitlines() if line.startswith("| a-2 |"))
+    assert row.count(" | ") == 8  # nor the operator's
+    assert (
+        page.count("<td>&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; | **bold**") == 3
+    )  # job, decider, approval row
 
 
 def test_html_is_self_contained_with_its_charts() -> None:
@@ -82,8 +123,18 @@ def test_html_is_self_contained_with_its_charts() -> None:
         "By failure class",
         "Incidents implicating the node",
         "Goodput (training time / monitored time)",
-        "Wait for approval (s)",
+        "Approvals by kind and outcome",
     ]
+    bars = re.search(r'aria-label="Approvals by kind and outcome">(.*?)</svg>', page)
+    assert bars is not None
+    assert re.findall(r"<title>([^<]+)</title>", bars.group(1)) == [
+        "drain: approved",
+        "drain: expired",
+        "drain: pending",
+        "restart: rejected",
+        "restart: pending",
+    ]
+    assert "<th>pending at end</th>" in page and "<td>expired (rejected)</td>" in page
     assert page.count('class="p50"') == 2 and page.count('class="p95"') == 2
     assert "p50 10.00 s" in page and "p95 82.00 s" in page and "p95 57.00 s" in page
 
@@ -91,6 +142,39 @@ def test_html_is_self_contained_with_its_charts() -> None:
 def test_html_without_incidents_says_so_instead_of_drawing() -> None:
     page = render_html(summarise(AuditCollection(cluster=CLUSTER, since=SINCE, until=UNTIL)))
     assert "<svg" not in page and "Detection latency (s): no values in this period." in page
+    assert "Approvals by kind and outcome: none in this period." in page
+
+
+@pytest.mark.parametrize(
+    ("fleet", "line"),
+    [
+        (
+            FleetApprovals(workflow_id="rebound/c/fleet", read=FleetRead.MISSING),
+            "no Fleet (rebound/c/fleet not found): approvals not read, 0 reported.",
+        ),
+        (
+            FleetApprovals(workflow_id="rebound/c/fleet", read=FleetRead.UNREADABLE, message="QUERY_TIMEOUT: <late>"),
+            "Fleet rebound/c/fleet unreadable: QUERY_TIMEOUT: <late>: approvals not read, 0 reported.",
+        ),
+        (
+            FleetApprovals(workflow_id="rebound/c/fleet", read=FleetRead.READ, dropped=3, history_full=True),
+            "3 older approval(s) left out to keep the report bounded.",
+        ),
+        (
+            FleetApprovals(workflow_id="rebound/c/fleet", read=FleetRead.READ, history_full=True),
+            "The Fleet keeps only its 100 most recent decided approvals, and the oldest it still holds was decided "
+            "in or after this period: earlier decisions of the period may be missing.",
+        ),
+    ],
+)
+def test_coverage_says_what_the_approvals_may_miss(fleet: FleetApprovals, line: str) -> None:
+    s = summarise(AuditCollection(cluster=CLUSTER, since=SINCE, until=UNTIL, fleet=fleet))
+    md = render_markdown(s)
+    coverage = md[md.index("## Coverage") : md.index("## Definitions")]
+    inert = line.replace("<", "\\<").replace(">", "\\>").replace("_", "\\_")  # what Markdown needs here
+    assert "- " + inert in coverage
+    assert f"<p>{escape(line)}</p>" in render_html(s)
+    assert "0 action(s) waited for approval, 0 still pending at the end of the period." in md
 
 
 def _read(path: str) -> str:

@@ -14,26 +14,35 @@ from tests.unit.audit.builders import (
     CLUSTER,
     SINCE,
     UNTIL,
+    approval,
     at,
+    fleet_approvals,
     job_101_incidents,
     job_202_incidents,
     job_303_incidents,
     status,
 )
 from workflows.domain.audit import (
+    MAX_AUDIT_APPROVALS,
     MAX_AUDIT_INCIDENTS,
     MAX_SUMMARY_CHARS,
+    ApprovalKindRow,
     AuditCollection,
     AuditInput,
     CountRow,
+    FleetApprovals,
+    FleetRead,
     IncidentDigest,
     JobAudit,
     NodeRow,
 )
+from workflows.domain.fleet import Approval, ApprovalKind, ApprovalOutcome
 from workflows.domain.incident import Anomaly, AnomalyKind, Evidence, EvidenceSource, Incident
 from workflows.domain.recovery import RecoveryState
 from workflows.policy.audit import (
+    EXPIRED_DECIDER,
     RunRead,
+    approval_summary,
     cap_incidents,
     digest_incident,
     downtime_s,
@@ -44,6 +53,10 @@ from workflows.policy.audit import (
     percentile,
     summarise,
 )
+from workflows.policy.audit import fleet_approvals as approvals_of_period
+from workflows.policy.fleet import MAX_DECIDED_APPROVALS
+
+FLEET_ID = f"rebound/{CLUSTER}/fleet"
 
 
 def _run(
@@ -65,7 +78,14 @@ def _collection() -> AuditCollection:
         job_audit([_run(303, job_303_incidents(), at(-14400), at(43200))], SINCE, UNTIL),
     ]
     assert all(j is not None for j in jobs)
-    return AuditCollection(cluster=CLUSTER, since=SINCE, until=UNTIL, runs_listed=3, jobs=tuple(j for j in jobs if j))
+    return AuditCollection(
+        cluster=CLUSTER,
+        since=SINCE,
+        until=UNTIL,
+        runs_listed=3,
+        jobs=tuple(j for j in jobs if j),
+        fleet=approvals_of_period(FLEET_ID, fleet_approvals(), SINCE, UNTIL),
+    )
 
 
 def test_counts_and_categories_of_known_incidents() -> None:
@@ -116,31 +136,108 @@ def test_goodput_of_known_incidents() -> None:
     assert s.cluster_goodput == round(1 - (1500 + 7200 + 600) / (36000 + 14400 + 36000), 6) == 0.892361
 
 
-def test_actions_that_waited_for_approval_are_read_when_the_record_has_them() -> None:
-    s = summarise(_collection())
-    assert (s.approvals_waited, s.approvals_pending) == (2, 1)
-    done, pending = s.approvals
-    assert (done.incident_id, done.action, done.target, done.decided_by, done.approved) == (
+# ----- approvals (from the Fleet) -----------------------------------------------------------------------------------
+
+
+def test_approvals_of_the_period_by_kind_outcome_wait_and_decider() -> None:
+    a = summarise(_collection()).approvals
+    assert (a.fleet, a.fleet_workflow_id, a.total, a.pending_at_end) == (FleetRead.READ, FLEET_ID, 7, 3)
+    assert a.by_kind == (
+        ApprovalKindRow(kind=ApprovalKind.DRAIN, total=5, approved=2, rejected=0, expired=1, pending=2),
+        ApprovalKindRow(kind=ApprovalKind.RESTART, total=2, approved=0, rejected=1, expired=0, pending=1),
+    )
+    # Decided in the period: a-2 20 s, a-9 60 s, a-4 900 s (requested before the period), a-5 900 s (expired).
+    assert a.wait.values == (20.0, 60.0, 900.0, 900.0)
+    assert (a.wait.count, a.wait.p50, a.wait.max, a.wait.mean) == (4, 480.0, 900.0, 470.0)
+    assert a.deciders == (
+        CountRow(key="alice", count=1),
+        CountRow(key="bob", count=1),
+        CountRow(key="carol", count=1),
+        CountRow(key=EXPIRED_DECIDER, count=1),
+    )
+    assert [r.id for r in a.rows] == ["a-8", "a-4", "a-2", "a-3", "a-9", "a-5", "a-6"]
+    assert (a.dropped, a.history_full) == (0, False)
+
+
+def test_each_approval_is_reported_as_it_stood_at_the_end_of_the_period() -> None:
+    rows = {r.id: r for r in summarise(_collection()).approvals.rows}
+    # a-6 was approved by alice 600 s after the period: pending here, no wait, no decider.
+    late = rows["a-6"]
+    assert (late.outcome, late.decided_at, late.decided_by, late.applied, late.waited_s) == (
+        ApprovalOutcome.PENDING,
+        None,
+        "",
+        None,
+        None,
+    )
+    done = rows["a-2"]
+    assert (done.kind, done.job_id, done.incident, done.nodes, done.decided_by, done.waited_s) == (
+        ApprovalKind.DRAIN,
+        101,
         "101-1",
-        "drain",
-        "n1",
+        ("n1",),
         "alice",
-        True,
+        20.0,
     )
-    assert done.waited_s == 20.0
-    assert (pending.incident_id, pending.target, pending.decided_at, pending.waited_s) == ("101-2", "n2", None, None)
+    expired = rows["a-5"]
+    assert (expired.outcome, expired.applied, expired.decided_by, expired.decided_at) == (
+        ApprovalOutcome.EXPIRED,
+        ApprovalOutcome.REJECTED,
+        "",
+        at(20900),
+    )
+    assert rows["a-4"].requested_at == at(-600) and rows["a-4"].waited_s == 900.0
+    # The next period sees a-6's decision, and a-4 no more (decided before it).
+    later = UNTIL + timedelta(hours=1)
+    nxt = approval_summary(approvals_of_period(FLEET_ID, fleet_approvals(), UNTIL, later), UNTIL, later)
+    assert {r.id: (r.outcome, r.waited_s) for r in nxt.rows} == {
+        "a-3": (ApprovalOutcome.PENDING, None),
+        "a-6": (ApprovalOutcome.APPROVED, 1600.0),
+        "a-7": (ApprovalOutcome.PENDING, None),
+        "a-8": (ApprovalOutcome.PENDING, None),
+    }
 
 
-def test_records_without_approval_fields_count_zero() -> None:
-    plain = job_303_incidents()
-    assert digest_incident(plain[0]).approvals == ()
-    coll = AuditCollection(
-        cluster=CLUSTER,
-        since=SINCE,
-        until=UNTIL,
-        jobs=(job_audit([_run(303, plain, at(-1), None)], SINCE, UNTIL),),
-    )
-    assert summarise(coll).approvals_waited == 0
+def test_fleet_approvals_keeps_the_newest_within_the_limit_and_counts_the_rest() -> None:
+    kept = approvals_of_period(FLEET_ID, fleet_approvals(), SINCE, UNTIL, limit=2)
+    assert [d.id for d in kept.approvals] == ["a-5", "a-6"] and kept.dropped == 5
+    a = approval_summary(kept, SINCE, UNTIL)
+    assert (a.total, a.dropped) == (2, 5)
+    with pytest.raises(ValueError, match="positive"):
+        approvals_of_period(FLEET_ID, fleet_approvals(), SINCE, UNTIL, limit=0)
+
+
+def test_a_fleet_at_its_bound_says_decisions_of_the_period_may_be_gone() -> None:
+    def decided(first_s: float, count: int) -> list[Approval]:
+        return [
+            approval(
+                i,
+                ApprovalKind.DRAIN,
+                1,
+                first_s + 10 * i,
+                "n1",
+                decided=first_s + 10 * i + 5,
+                outcome=ApprovalOutcome.APPROVED,
+                by="alice",
+            )
+            for i in range(count)
+        ]
+
+    # At the bound, the oldest decision inside the period: older ones of the period may have been forgotten.
+    assert approvals_of_period(FLEET_ID, decided(100, MAX_DECIDED_APPROVALS), SINCE, UNTIL).history_full
+    # At the bound, but the oldest decision is before the period: everything the period needs is still there.
+    assert not approvals_of_period(FLEET_ID, decided(-100, MAX_DECIDED_APPROVALS), SINCE, UNTIL).history_full
+    # Below the bound the Fleet forgot nothing.
+    assert not approvals_of_period(FLEET_ID, decided(100, MAX_DECIDED_APPROVALS - 1), SINCE, UNTIL).history_full
+
+
+def test_no_fleet_reports_zero_approvals() -> None:
+    missing = FleetApprovals(workflow_id=FLEET_ID, read=FleetRead.MISSING)
+    coll = _collection().model_copy(update={"fleet": missing})
+    a = summarise(coll).approvals
+    assert (a.fleet, a.total, a.pending_at_end, a.by_kind, a.rows, a.wait.count) == (FleetRead.MISSING, 0, 0, (), (), 0)
+    # A digest no longer carries approvals: they are the Fleet's alone.
+    assert "approvals" not in digest_incident(job_101_incidents()[0]).model_dump()
 
 
 def test_empty_period_has_no_numbers_and_no_errors() -> None:
@@ -265,10 +362,30 @@ def test_largest_collection_payload_stays_far_below_temporals_limit() -> None:
         )
         for j in range(100)
     )
-    coll = AuditCollection(cluster="c", since=SINCE, until=UNTIL, jobs=jobs)
+    # As many approvals as the collection carries, all decided in the period (each a row, a wait and a decider).
+    many = [
+        approval(
+            i,
+            ApprovalKind.DRAIN,
+            1000000 + i,
+            10 + i,
+            *long_nodes,
+            decided=20 + i,
+            outcome=ApprovalOutcome.APPROVED,
+            by=f"operator-{i:04d}",
+            incident=i,
+        )
+        for i in range(MAX_AUDIT_APPROVALS + 50)
+    ]
+    fleet = approvals_of_period(FLEET_ID, many, SINCE, UNTIL)
+    assert (len(fleet.approvals), fleet.dropped) == (MAX_AUDIT_APPROVALS, 50)
+    coll = AuditCollection(cluster="c", since=SINCE, until=UNTIL, jobs=jobs, fleet=fleet)
     size = len(pydantic_data_converter.payload_converter.to_payloads([coll])[0].data)
     summary_size = len(pydantic_data_converter.payload_converter.to_payloads([summarise(coll)])[0].data)
-    print(f"collection payload {size} bytes, summary {summary_size} bytes for {MAX_AUDIT_INCIDENTS} incidents")
+    print(
+        f"collection payload {size} bytes, summary {summary_size} bytes for {MAX_AUDIT_INCIDENTS} incidents and "
+        f"{MAX_AUDIT_APPROVALS} approvals"
+    )
     assert size < 1_000_000 and summary_size < 1_000_000  # Temporal refuses payloads over 2 MB
 
 

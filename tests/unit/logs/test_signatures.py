@@ -88,6 +88,32 @@ SIGNATURE_CASES: list[tuple[str, str, Category, dict[str, Any]]] = [
         C.SLURM_TASK_EXIT,
         {"host": "gpu-n4"},
     ),
+    # slurmstepd's own words on a task's end (mgr.c at verbose level; a task plugin's "without notification")
+    (
+        "[2024-06-02T11:04:05.120] [812.0] task 2 (40512) exited with exit code 1.",
+        "stepd_task_exit",
+        C.SLURM_TASK_EXIT,
+        {"rank": 2, "exit_code": 1},
+    ),
+    (
+        "slurmstepd: error: Terminating job step 4711.0; task 3 exit code 2 exited without notification",
+        "stepd_task_exit",
+        C.SLURM_TASK_EXIT,
+        {"rank": 3, "exit_code": 2},
+    ),
+    (
+        "slurmstepd: error: Terminating job step 88.0; task 5 exit code 0 signaled without notification",
+        "stepd_task_exit",
+        C.SLURM_TASK_EXIT,
+        {"rank": 5, "exit_code": 0},
+    ),
+    (
+        "[812.0] task 6 (40516) exited. Killed by signal 11 (core dumped).",
+        "stepd_task_signal",
+        C.SEGFAULT,
+        {"rank": 6, "signal": 11},
+    ),
+    ("[812.0] task 4 (40514) exited. Killed by signal 9.", "stepd_task_signal", C.SLURM_TASK_EXIT, {"signal": 9}),
     ("JobId=5 JobName=train JobState=NODE_FAIL Reason=NodeDown", "node_fail_state", C.SLURM_NODE_FAILURE, {}),
     ("   JobState=TIMEOUT Reason=TimeLimit Dependency=(null)", "slurm_state_timeout", C.SLURM_TIME_LIMIT, {}),
     (
@@ -124,6 +150,19 @@ SIGNATURE_CASES: list[tuple[str, str, Category, dict[str, Any]]] = [
         C.GPU_FELL_OFF_BUS,
         {},
     ),
+    # NV_ERR_GPU_IS_LOST's status text, and NVML's name for the same state
+    (
+        "[ 4123.500101] NVRM: _issueRpcAndWait: GPU lost from the bus [NV_ERR_GPU_IS_LOST] (0x0000000F)",
+        "gpu_fell_off_bus",
+        C.GPU_FELL_OFF_BUS,
+        {},
+    ),
+    (
+        "dcgm: nvmlDeviceGetTemperature returned NVML_ERROR_GPU_IS_LOST for GPU 0000:41:00.0",
+        "gpu_fell_off_bus",
+        C.GPU_FELL_OFF_BUS,
+        {"gpu": "0000:41:00.0"},
+    ),
     (
         "RuntimeError: CUDA error: uncorrectable ECC error encountered",
         "cuda_ecc",
@@ -145,6 +184,27 @@ SIGNATURE_CASES: list[tuple[str, str, Category, dict[str, Any]]] = [
         C.NETWORK_IB_ERROR,
         {"host": "gpu-n4", "gpu": None},  # the NIC's PCI id is not a GPU
     ),
+    # UCX's completion-with-error report (newer and older layouts) and ibverbs' status string
+    (
+        "[gpu-n7:81234:0:81234] ib_mlx5_log.c:177  Remote access on mlx5_2:1/IB (synd 0x13 vend 0x88 hw_synd 0/0)",
+        "ib_completion_error",
+        C.NETWORK_IB_ERROR,
+        {"host": "gpu-n7"},
+    ),
+    (
+        "[gpu-n7:81234 :0:81234] ib_mlx5_log.c:143  Error on QP 0x1a2b wqe[12]: Receive-no-ready retry count exceeded"
+        " (synd 0x16 vend 0x82) opcode SEND",
+        "ib_completion_error",
+        C.NETWORK_IB_ERROR,
+        {"host": "gpu-n7"},
+    ),
+    (
+        "ucp_worker.c:1783 UCX  ERROR  Transport retry count exceeded on mlx5_1:1/RoCE",
+        "ib_completion_error",
+        C.NETWORK_IB_ERROR,
+        {},
+    ),
+    ("Completion with error: RNR retry counter exceeded (status 13)", "ib_completion_error", C.NETWORK_IB_ERROR, {}),
     ("gpud: XID 31 event on GPU-4a6f2c1e (PCI 0000:b1:00.0)", "xid_mention", C.XID, {"xid": 31}),
     # --- CUDA ---
     (
@@ -160,6 +220,50 @@ SIGNATURE_CASES: list[tuple[str, str, Category, dict[str, Any]]] = [
         "cuda_oom",
         C.CUDA_OOM,
         {"rank": 2, "gpu": "2"},
+    ),
+    # the allocator's account of a failed allocation without its "CUDA out of memory" head (cut off or wrapped)
+    (
+        "Tried to allocate 1.50 GiB (GPU 3; 39.59 GiB total capacity; 36.12 GiB already allocated; 1.02 GiB free;"
+        " 37.40 GiB reserved in total by PyTorch)",
+        "cuda_oom",
+        C.CUDA_OOM,
+        {"gpu": "3"},
+    ),
+    (
+        "GPU 1 has a total capacity of 23.65 GiB of which 18.06 MiB is free. Including non-PyTorch memory, this process"
+        " has 23.62 GiB memory in use.",
+        "cuda_oom",
+        C.CUDA_OOM,
+        {"gpu": "1"},
+    ),
+    (
+        "Of the allocated memory 20.17 GiB is allocated by PyTorch, and 2.96 GiB is reserved by PyTorch but"
+        " unallocated.",
+        "cuda_oom",
+        C.CUDA_OOM,
+        {},
+    ),
+    # NCCL's CUCHECK prints the CUresult's number before the driver's text
+    (
+        "gpu-n3:4021:4090 [2] transport/p2p.cc:210 NCCL WARN Cuda failure 2 'out of memory'",
+        "cuda_oom",
+        C.CUDA_OOM,
+        {"host": "gpu-n3", "gpu": "2"},
+    ),
+    ("gpu-n3:4021:4090 [1] NCCL WARN HIP failure 'out of memory'", "cuda_oom", C.CUDA_OOM, {"gpu": "1"}),  # RCCL
+    (
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 33762398024"
+        " bytes.",
+        "cuda_oom",
+        C.CUDA_OOM,
+        {"exception": "jaxlib.xla_extension.XlaRuntimeError"},
+    ),
+    (
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with"
+        " shape[64,1024,1024] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+        "cuda_oom",
+        C.CUDA_OOM,
+        {},
     ),
     ("RuntimeError: CUDA error: device-side assert triggered", "cuda_device_assert", C.CUDA_DEVICE_ASSERT, {}),
     (
@@ -178,6 +282,26 @@ SIGNATURE_CASES: list[tuple[str, str, Category, dict[str, Any]]] = [
     ("RuntimeError: CUDA error: misaligned address", "cuda_illegal_address", C.CUDA_ILLEGAL_ADDRESS, {}),
     ("RuntimeError: CUDA error: unspecified launch failure", "cuda_launch_failure", C.CUDA_LAUNCH_FAILURE, {}),
     ("RuntimeError: No CUDA GPUs are available", "cuda_init_failure", C.CUDA_INIT_FAILURE, {}),
+    (
+        "RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.",
+        "cuda_init_failure",
+        C.CUDA_INIT_FAILURE,
+        {},
+    ),
+    (
+        "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling"
+        " NumCudaDevices() that might have already set an error? Error 803: system has unsupported display driver /"
+        " cuda driver combination",
+        "cuda_init_failure",
+        C.CUDA_INIT_FAILURE,
+        {},
+    ),
+    (
+        "n4:311:311 [0] NCCL WARN Cuda failure 3 'initialization error'",
+        "cuda_init_failure",
+        C.CUDA_INIT_FAILURE,
+        {"host": "n4"},
+    ),
     (
         "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a"
         " driver from http://www.nvidia.com/Download/index.aspx",
@@ -237,6 +361,25 @@ SIGNATURE_CASES: list[tuple[str, str, Category, dict[str, Any]]] = [
     ),
     ("{'loss': nan, 'learning_rate': 1e-05, 'epoch': 0.3}", "loss_not_finite", C.NAN_LOSS, {}),
     ("{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.3}", "nan_loss", C.NAN_LOSS, {}),
+    # the frameworks' own NaN guards: Detectron2, MMCV's check hook, Lightning, Composer, Keras, HF's debug_utils
+    (
+        "FloatingPointError: Loss became infinite or NaN at iteration=5210!",
+        "loss_not_finite",
+        C.NAN_LOSS,
+        {"exception": "FloatingPointError"},
+    ),
+    ("AssertionError: loss become infinite or NaN!", "loss_not_finite", C.NAN_LOSS, {}),
+    ("ValueError: The loss returned in `training_step` is nan.", "loss_not_finite", C.NAN_LOSS, {}),
+    (
+        "ValueError: The loss returned in `training_step` is tensor(nan, device='cuda:0', grad_fn=<AddBackward0>).",
+        "loss_not_finite",
+        C.NAN_LOSS,
+        {},
+    ),
+    ("RuntimeError: Train loss contains a NaN.", "loss_not_finite", C.NAN_LOSS, {}),
+    ("Epoch(train) [3][1150/5000]  loss_rpn_cls: nan  loss_rpn_bbox: 0.0412", "loss_not_finite", C.NAN_LOSS, {}),
+    ("Batch 412: Invalid loss, terminating training", "nan_loss", C.NAN_LOSS, {}),
+    ("Detected inf/nan during batch_number=0", "nan_loss", C.NAN_LOSS, {}),
     ("OSError: [Errno 28] No space left on device", "checkpoint_io", C.CHECKPOINT_IO_ERROR, {"exception": "OSError"}),
     (
         "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
@@ -582,6 +725,11 @@ def test_prefixes_do_not_change_the_verdict(prefix: str, rank: int | None) -> No
         "Traceback (most recent call last):",
         "| NVIDIA-SMI 535.104.05             Driver Version: 535.104.05   CUDA Version: 12.2     |",
         "INFO: Reducer buckets have been rebuilt in this iteration.",
+        "[812.0] task 1 (40511) exited with exit code 0.",  # slurmstepd: a task that finished cleanly
+        "{'loss_cls': 0.4123, 'loss_bbox': 0.2211, 'loss': 0.6334, 'loss_scale': 65536.0}",
+        "Loss is infeasible for this configuration, skipping",
+        "requests: Max retry count exceeded, giving up on https://example.org/metrics",
+        "Tried to allocate a new bucket for the gradient reducer",
         "[INFO] loss=0.5890 step_time=0.120s",
     ],
 )
@@ -627,6 +775,19 @@ def test_the_most_specific_row_wins_a_line() -> None:
     )
     assert _one("ValueError: Loss is NaN")[1] is C.NAN_LOSS
     assert _one("RuntimeError: DataLoader worker (pid 9) is killed by signal: Bus error.")[1] is C.BUS_ERROR
+
+
+def test_an_exception_whose_message_starts_on_the_next_line_is_only_a_catch_all() -> None:
+    # torch's driver check: raise AssertionError("""\nFound no NVIDIA driver on your system. ...""")
+    for bare in ("AssertionError:", "[rank0]: AssertionError: ", "ValueError:"):
+        hit = match(prepare(bare).body)
+        assert hit is not None and (hit.signature.id, hit.signature.weak) == ("python_exception_other", True), bare
+    # ... so the message's own row, on the next line, is the specific one that explains it
+    nxt = match(prepare("Found no NVIDIA driver on your system. Please check that you").body)
+    assert nxt is not None and nxt.category is C.CUDA_INIT_FAILURE and not nxt.signature.weak
+    # a message on the same line, or no message at all, is still the program's own error
+    assert _one("AssertionError: expected 3 channels")[0] == "python_exception"
+    assert _one("KeyError")[0] == "python_exception"
 
 
 # ----- hints: proved from each row's own regex -------------------------------------------------------------------
