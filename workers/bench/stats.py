@@ -8,9 +8,11 @@ p95 lies 90 % of the way from the middle to the largest.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict
+
+from workflows.policy.stats import mean, percentile
 
 __all__ = ["Summary", "mean", "percentile", "summarize"]
 
@@ -27,35 +29,6 @@ class Summary(BaseModel):
 
 def _finite(values: Iterable[float | int | None]) -> list[float]:
     return [float(v) for v in values if v is not None and math.isfinite(v)]
-
-
-def mean(values: Sequence[float]) -> float:
-    """Arithmetic mean.
-
-    Raises:
-        ValueError: no values.
-    """
-    if not values:
-        raise ValueError("mean of no values")
-    return math.fsum(values) / len(values)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0..100) with linear interpolation between closest ranks.
-
-    Raises:
-        ValueError: no values, or ``q`` outside 0..100.
-    """
-    if not values:
-        raise ValueError("percentile of no values")
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile must be within 0..100, not {q}")
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    lower = math.floor(position)
-    upper = min(lower + 1, len(ordered) - 1)
-    fraction = position - lower
-    return ordered[lower] + (ordered[upper] - ordered[lower]) * fraction
 
 
 def summarize(values: Iterable[float | int | None], *, digits: int = 3) -> Summary | None:

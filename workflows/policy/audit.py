@@ -56,6 +56,7 @@ from workflows.domain.fleet import Approval, ApprovalKind, ApprovalOutcome
 from workflows.domain.incident import ActionKind, AnomalyKind, Incident
 from workflows.domain.recovery import JobRecoveryStatus
 from workflows.policy.fleet import MAX_DECIDED_APPROVALS
+from workflows.policy.stats import percentile
 
 __all__ = [
     "DEFINITIONS",
@@ -115,23 +116,6 @@ def _secs(start: datetime, end: datetime) -> float:
 
 
 # ----- statistics -----------------------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0..100) with linear interpolation between closest ranks.
-
-    Raises:
-        ValueError: no values, or ``q`` outside 0..100.
-    """
-    if not values:
-        raise ValueError("percentile of no values")
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile must be within 0..100, not {q}")
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    lower = math.floor(position)
-    upper = min(lower + 1, len(ordered) - 1)
-    return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
 
 
 def latency_stats(values: Sequence[float | None]) -> LatencyStats:
