@@ -92,14 +92,22 @@ async def status(settings: Settings, job_id: int | None, *, as_json: bool) -> in
             )
     except RPCError as e:
         raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, f"listing workflows failed: {e}") from e
+    # Running ones first, then by job id (newest first); a closed workflow's state is where it stopped.
+    rows.sort(key=lambda r: (r["status"] != "RUNNING", -int(r["job_id"]) if str(r["job_id"]).isdigit() else 0))
     if as_json:
         print_json(rows)
     elif not rows:
         print("no monitored jobs")
     else:
         print(f"{'JOB':>8}  {'STATE':<10} {'WORKFLOW':<10} {'STARTED':<25} ID")
+        stopped = False
         for r in rows:
-            print(f"{r['job_id']:>8}  {r['state']:<10} {r['status']:<10} {r['started']:<25} {r['workflow_id']}")
+            state = r["state"]
+            if r["status"] not in ("RUNNING", "COMPLETED"):
+                state, stopped = f"{state}*", True  # terminated/failed/timed out: the state it had then
+            print(f"{r['job_id']:>8}  {state:<10} {r['status']:<10} {r['started']:<25} {r['workflow_id']}")
+        if stopped:
+            print("* the workflow was stopped (terminated, failed, timed out) in this state: not monitored any more")
     return EXIT_OK if rows or job_id is None else EXIT_NOT_FOUND
 
 

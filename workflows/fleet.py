@@ -226,8 +226,20 @@ class FleetWorkflow:
                 await self._answer_restart(approval.request, approval)
             elif approval.applied is ApprovalOutcome.APPROVED:
                 view = await self._view()
-                for node in approval.nodes:
-                    await self._drain(node, approval.request, view)
+                drained = [node for node in approval.nodes if await self._drain(node, approval.request, view)]
+                earlier = policy.find_decision(self._state, approval.request.request_id)
+                if earlier is not None and drained:
+                    # Tell the job: its incident's record (timeline, audit) then shows the drains.
+                    update = earlier.model_copy(
+                        update={
+                            "drained": (*earlier.drained, *drained),
+                            "reasons": (f"drained {', '.join(drained)} after approval {approval.id} by "
+                                        f"{approval.decided_by or 'the policy default'}",),
+                            "decided_at": workflow.now(),
+                        }
+                    )  # fmt: skip
+                    self._state = policy.remember_decision(self._state, update)
+                    await self._reply(approval.request, update)
 
     def _mark_carried_out(self, approval_id: str) -> None:
         self._state = self._state.model_copy(

@@ -134,7 +134,17 @@ class JobRecoveryWorkflow:
 
     @workflow.signal(description="The Fleet's answer: nodes it drained, nodes to exclude, whether to act at all.")
     def isolation_decided(self, decision: IsolationDecision) -> None:
+        if decision.request_id in self._decisions:
+            self._late_drains(decision)  # a later word on an answered request: drains an operator approved
         self._decisions[decision.request_id] = decision
+
+    def _late_drains(self, decision: IsolationDecision) -> None:
+        """Record, in the incident they belong to, drains the Fleet did after its first answer (an approval)."""
+        number = decision.request_id.rsplit("/incident-", 1)[-1]
+        incident = next((i for i in self._status.incidents if str(i.number) == number), None)
+        if incident is None:
+            return  # carried out of this run's state by continue-as-new: the Fleet's state keeps the record
+        self._record_decision(incident, decision)
 
     @workflow.update(description="Pause monitoring: no watch, no action until resumed (rebound pause JOB).")
     def pause(self, req: PauseRequest) -> JobRecoveryStatus:

@@ -176,6 +176,16 @@ async def test_three_nodes_failing_at_once_hold_at_the_cap_and_an_approval_after
             "the approved drains done",
         )  # fmt: skip
         assert sorted(n for n, _ in mark.drains()) == ["n1", "n2", "n3"], mark.drains()
+        # The job's own record shows the drains done after the approval (timeline, audit, incidents).
+        job_st = await rec.wait(
+            lambda s: (
+                (i := incident_of(s, 1)) is not None
+                and sorted(a.target for a in i.actions if a.kind is ActionKind.DRAIN) == ["n1", "n2", "n3"]
+            ),
+            30,
+            "the approved drains in the job's incident",
+        )
+        assert any("after approval" in e.detail for e in job_st.timeline), rec.describe()
         print(f"breaker: drained {drained} at once, held {list(pending.nodes)} for {pending.id}; approved after a "
               "worker kill: drained")  # fmt: skip
     finally:
