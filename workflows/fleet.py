@@ -162,6 +162,7 @@ class FleetWorkflow:
                     self._state, ApprovalKind.DRAIN, req, verdict.hold, verdict.reasons, self._policy, now
                 )
                 approvals.append(approval.id)
+                self._publish_pending()  # findable in the UI at once, not after this round's health checks
                 await self._announce(approval)
         decision = IsolationDecision(
             request_id=req.request_id,
@@ -181,6 +182,7 @@ class FleetWorkflow:
             self._state = policy.remember_decision(
                 self._state, decision.model_copy(update={"approvals": (*decision.approvals, approval.id)})
             )
+            self._publish_pending()
             await self._announce(approval)
             return  # answered once an operator decides (or the deadline applies the default)
         self._state = policy.remember_decision(self._state, decision)

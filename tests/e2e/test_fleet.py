@@ -156,7 +156,13 @@ async def test_three_nodes_failing_at_once_hold_at_the_cap_and_an_approval_after
         assert set(pending.nodes) == {"n1", "n2", "n3"} - set(drained), pending
         assert set(sinfo_drains(lab)) == set(drained), sinfo_drains(lab)
         # Findable in the UI: the Fleet carries the pending approval id as a search attribute.
-        found = [wf.id async for wf in client.list_workflows(f'ReboundPendingApproval = "{pending.id}"')]
+        # (visibility is updated after the workflow task that upserts it, so give it a few seconds)
+        found: list[str] = []
+        for _ in range(50):
+            found = [wf.id async for wf in client.list_workflows(f'ReboundPendingApproval = "{pending.id}"')]
+            if found:
+                break
+            await asyncio.sleep(0.2)
         assert found, "no workflow with the pending approval in its search attributes"
         # The CLI shows it; a non-operator is refused.
         shown = _rebound(lab, "nodes")
