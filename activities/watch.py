@@ -122,14 +122,17 @@ class LogPolicy:
         self._require_owner = require_owner
         self._reported: dict[int, dict[str, str]] = {}
 
-    def tail(self, patterns: Sequence[str], job: SlurmJob | None, job_id: int) -> LogTail:
-        """A tail over the job's log files, bound to this policy (every file refused when the job is unknown)."""
+    def access(self, job: SlurmJob | None) -> LogAccess | None:
+        """The job's access policy (every file refused when the job is unknown); None when nothing is restricted."""
         if not self._roots and not self._require_owner:
-            return LogTail(patterns)
-        access = LogAccess.for_job(
+            return None
+        return LogAccess.for_job(
             self._roots, job.user_id if job is not None else None, require_owner=self._require_owner
         )
-        return LogTail(patterns, access=access)
+
+    def tail(self, patterns: Sequence[str], job: SlurmJob | None, job_id: int) -> LogTail:
+        """A tail over the job's log files, bound to this policy."""
+        return LogTail(patterns, access=self.access(job))
 
     def report(self, job_id: int, tail: LogTail) -> None:
         """Log refused patterns and files once per job and change: an operator must see why evidence is missing."""
@@ -214,16 +217,16 @@ class WatchActivities:
             if job.state is JobState.RUNNING:
                 silent = assess_hang(progress, now, inp.hang, expected_ranks=range(job.task_count))
                 if silent.hung:
-                    return _hang_anomaly(now, job, silent, offsets, polls, progress)
+                    return _progress_anomaly(now, job, offsets, polls, progress, silent)
                 if inp.straggler_action is not StragglerAction.OFF:
                     progress, slow = assess_stragglers(progress, inp.stragglers)
                     new_nodes = {n.node for n in slow.nodes} - set(inp.reported_straggler_nodes)
                     if slow.flagged and new_nodes:
-                        return _straggler_anomaly(now, job, slow, offsets, polls, progress)
+                        return _progress_anomaly(now, job, offsets, polls, progress, slow)
             await asyncio.sleep(inp.poll_interval_s)
 
-    @staticmethod
     def _track(
+        self,
         inp: JobWatchInput,
         job: SlurmJob | None,
         nodes: Sequence[str],
@@ -235,7 +238,7 @@ class WatchActivities:
         task_count = job.task_count if job is not None else 0
         progress = observe(progress, progress_samples(lines, now, block_rank_layout(nodes, task_count)), now)
         if inp.heartbeat_patterns:
-            for rank, at in heartbeat_times(inp.heartbeat_patterns, inp.job_id).items():
+            for rank, at in heartbeat_times(inp.heartbeat_patterns, inp.job_id, self._logs.access(job)).items():
                 progress = note_activity(progress, rank, at)
         return progress
 
@@ -317,10 +320,9 @@ def _resume_details(initial_offsets: dict[str, int]) -> dict[str, Any]:
     return {"offsets": dict(initial_offsets), "polls": 0, "nodes": [], "progress": None}
 
 
-def _hang_anomaly(
-    now: datetime, job: SlurmJob, verdict: HangVerdict, offsets: dict[str, int], polls: int, progress: ProgressState
-) -> JobWatchResult:
-    evidence = [
+def _hang_evidence(verdict: HangVerdict) -> tuple[Evidence, ...]:
+    """The silence of each rank, the longest first (at most 8)."""
+    return tuple(
         Evidence(
             source=EvidenceSource.LOGS,
             text=f"rank {r.rank}: last step {r.last_step if r.last_step is not None else '-'}, silent "
@@ -329,39 +331,38 @@ def _hang_anomaly(
             rank=r.rank,
         )
         for r in sorted(verdict.ranks, key=lambda r: -(r.silent_for_s or 0.0))[:8]
-    ]
-    return JobWatchResult(
-        outcome=WatchOutcome.ANOMALY,
-        observed_at=now,
-        job=job,
-        anomaly=Anomaly(kind=AnomalyKind.HANG, observed_at=now, summary=verdict.summary, evidence=tuple(evidence)),
-        offsets=offsets,
-        polls=polls,
-        progress=progress,
-        hang=verdict,
     )
 
 
-def _straggler_anomaly(
+def _straggler_evidence(verdict: StragglerVerdict) -> tuple[Evidence, ...]:
+    return tuple(
+        Evidence(source=EvidenceSource.LOGS, text=r.evidence, node=r.node, rank=r.rank) for r in verdict.stragglers[:8]
+    )
+
+
+def _progress_anomaly(
     now: datetime,
     job: SlurmJob,
-    verdict: StragglerVerdict,
     offsets: dict[str, int],
     polls: int,
     progress: ProgressState,
+    verdict: HangVerdict | StragglerVerdict,
 ) -> JobWatchResult:
-    evidence = [
-        Evidence(source=EvidenceSource.LOGS, text=r.evidence, node=r.node, rank=r.rank) for r in verdict.stragglers[:8]
-    ]
+    """An anomaly the progress policies found (a hang or a straggler), with the verdict behind it."""
+    hang = verdict if isinstance(verdict, HangVerdict) else None
+    slow = verdict if isinstance(verdict, StragglerVerdict) else None
+    kind = AnomalyKind.HANG if hang is not None else AnomalyKind.STRAGGLER
+    evidence = _hang_evidence(hang) if hang is not None else _straggler_evidence(slow) if slow is not None else ()
     return JobWatchResult(
         outcome=WatchOutcome.ANOMALY,
         observed_at=now,
         job=job,
-        anomaly=Anomaly(kind=AnomalyKind.STRAGGLER, observed_at=now, summary=verdict.summary, evidence=tuple(evidence)),
+        anomaly=Anomaly(kind=kind, observed_at=now, summary=verdict.summary, evidence=evidence),
         offsets=offsets,
         polls=polls,
         progress=progress,
-        stragglers=verdict,
+        hang=hang,
+        stragglers=slow,
     )
 
 

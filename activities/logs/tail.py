@@ -365,6 +365,19 @@ class LogTail:
         matches, self._refused = self._matches()
         return sorted(matches)
 
+    def identities(self) -> dict[str, tuple[int | None, str | None]]:
+        """Every matching file the access policy allows, with the (rank, node) its name says (``%t``, ``%N``, or
+        a ``rank-N`` in the name); nothing is opened. Refusals are in ``refused``."""
+        matches, self._refused = self._matches()
+        out: dict[str, tuple[int | None, str | None]] = {}
+        for path, pattern in sorted(matches.items()):
+            reason = self._access.check_path(path) if self._access is not None else None
+            if reason is not None:
+                self._refused[path] = reason
+                continue
+            out[path] = pattern.identity(path)
+        return out
+
     def read_new(
         self,
         offsets: Mapping[str, int],
