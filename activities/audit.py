@@ -36,7 +36,7 @@ from temporalio.exceptions import TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import classified_errors
-from workflows.constants import fleet_workflow_id
+from workflows.constants import JOB_RECOVERY_WORKFLOW, STATUS_QUERY, fleet_workflow_id
 from workflows.domain.audit import (
     ApprovalRow,
     ApprovalSummary,
@@ -57,11 +57,6 @@ from workflows.policy.audit import DEFINITIONS, RunRead, cap_incidents, fleet_ap
 from workflows.policy.fleet import MAX_DECIDED_APPROVALS
 
 __all__ = ["AuditActivities", "render_html", "render_markdown", "report_json", "visibility_query"]
-
-#: The JobRecovery workflow's type and query names. Activities never import workflow classes (STYLE.md 9.11).
-JOB_RECOVERY_WORKFLOW = "JobRecovery"
-#: The query both JobRecovery and Fleet answer with their state.
-STATUS_QUERY = "status"
 
 # Temporal answers that mean "Temporal is not there now": the whole attempt is retried, not reported per run.
 _UNREACHABLE_RPC = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED})

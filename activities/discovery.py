@@ -19,7 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import classified_errors
 from activities.slurm.snapshots import SnapshotCache
-from workflows.constants import CLUSTER, JOB_ID, job_workflow_id
+from workflows.constants import CLUSTER, JOB_ID, JOB_RECOVERY_WORKFLOW, job_workflow_id
 from workflows.domain.discovery import (
     DiscoveredJob,
     DiscoverJobsInput,
@@ -33,10 +33,7 @@ from workflows.domain.recovery import DetectionPolicy, JobRecoveryInput
 from workflows.domain.slurm import ClusterSnapshot, JobState
 from workflows.policy.optin import JobSelector, OptInError, spec_for
 
-__all__ = ["JOB_RECOVERY_WORKFLOW", "DiscoveryActivities", "StartJobRecovery", "TemporalJobRecoveryStarter"]
-
-#: The JobRecovery workflow's type name. Activities never import workflow classes (STYLE.md section 9.11).
-JOB_RECOVERY_WORKFLOW = "JobRecovery"
+__all__ = ["DiscoveryActivities", "StartJobRecovery", "TemporalJobRecoveryStarter"]
 
 #: Jobs discovery considers new; jobs already known stay known while ``JobState.is_active()``.
 DISCOVERABLE_STATES = (JobState.PENDING, JobState.RUNNING)

@@ -12,18 +12,13 @@ from temporalio.service import RPCError
 
 from activities.errors import classified_errors
 from activities.slurm.port import SchedulerPort
-from workflows.constants import CLUSTER, fleet_workflow_id
+from workflows.constants import CLUSTER, FLEET_WORKFLOW, REQUEST_ISOLATION_SIGNAL, fleet_workflow_id
 from workflows.domain.base import Frozen
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.fleet import FleetInput, FleetPolicy, IsolationRequest
 from workflows.domain.slurm import ClusterSnapshot
 
-__all__ = ["FLEET_WORKFLOW", "FleetActivities", "ResumeNodeInput", "ResumeNodeResult"]
-
-#: The Fleet workflow's type name (activities never import workflow classes).
-FLEET_WORKFLOW = "Fleet"
-#: The Fleet's signal that carries an ``IsolationRequest``.
-REQUEST_SIGNAL = "request_isolation"
+__all__ = ["FleetActivities", "ResumeNodeInput", "ResumeNodeResult"]
 
 
 class ResumeNodeInput(Frozen):
@@ -67,7 +62,7 @@ class FleetActivities:
                 id=wf_id,
                 task_queue=self._task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                start_signal=REQUEST_SIGNAL,
+                start_signal=REQUEST_ISOLATION_SIGNAL,
                 start_signal_args=[req],
                 search_attributes=TypedSearchAttributes([SearchAttributePair(CLUSTER, self._cluster)]),
                 static_summary=f"Rebound Fleet of {self._cluster}: node quarantine, breaker, approvals",

@@ -16,7 +16,13 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from workers.settings import Settings
-from workflows.constants import fleet_workflow_id
+from workflows.constants import (
+    ANSWER_APPROVAL_UPDATE,
+    RESET_BREAKER_UPDATE,
+    SET_MODE_UPDATE,
+    STATUS_QUERY,
+    fleet_workflow_id,
+)
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.fleet import (
     Approval,
@@ -79,13 +85,13 @@ async def run_fleet_command(settings: Settings, args: argparse.Namespace) -> int
                 approve=args.command == "approve",
                 note=args.note,
             )
-            approval = await _update(client, settings, "answer_approval", answer, Approval)
+            approval = await _update(client, settings, ANSWER_APPROVAL_UPDATE, answer, Approval)
             print(f"{approval.id}: {approval.outcome.value} by {approval.decided_by} ({approval.kind.value} "
                   f"{', '.join(approval.nodes) or 'job ' + str(approval.request.job_id)})")  # fmt: skip
             return 0
         if args.command == "mode" and args.mode:
             change = ModeChange(mode=FleetMode(args.mode), canary_partition=args.partition, operator=_operator(args))
-            st = await _update(client, settings, "set_mode", change, FleetStatus)
+            st = await _update(client, settings, SET_MODE_UPDATE, change, FleetStatus)
             print(_mode_line(st))
             return 0
         if args.command == "breaker" and args.action == "reset":
@@ -115,7 +121,7 @@ async def fleet_status(client: Client, settings: Settings) -> FleetStatus:
     """The Fleet's ``status`` query."""
     handle = client.get_workflow_handle(fleet_workflow_id(settings.cluster_name))
     try:
-        status: FleetStatus = await handle.query("status", result_type=FleetStatus)
+        status: FleetStatus = await handle.query(STATUS_QUERY, result_type=FleetStatus)
     except RPCError as e:
         raise _not_running(settings, e) from e
     return status
@@ -123,7 +129,7 @@ async def fleet_status(client: Client, settings: Settings) -> FleetStatus:
 
 async def reset_breaker(client: Client, settings: Settings, operator: str) -> BreakerStatus:
     """Reset the Fleet's drain breaker as ``operator`` (tests and the benchmark use it between runs)."""
-    status: BreakerStatus = await _update(client, settings, "reset_breaker", operator, BreakerStatus)
+    status: BreakerStatus = await _update(client, settings, RESET_BREAKER_UPDATE, operator, BreakerStatus)
     return status
 
 

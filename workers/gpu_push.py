@@ -16,11 +16,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.gpu.port import GpuSource
 from activities.slurm.port import SchedulerReads
-from workflows.constants import job_workflow_id
+from workflows.constants import GPU_FAULT_REPORTED_SIGNAL, job_workflow_id
 from workflows.domain.errors import ReboundError
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.slurm import JobState, SlurmJob
-from workflows.job_recovery import JobRecoveryWorkflow
 
 log = logging.getLogger("rebound.node_agent.gpu_push")
 
@@ -76,7 +75,7 @@ async def _push(event: GpuEvent, scheduler: SchedulerReads, client: Client, clus
     for job in jobs:
         handle = client.get_workflow_handle(job_workflow_id(cluster, job.job_id))
         try:
-            await handle.signal(JobRecoveryWorkflow.gpu_fault_reported, event)
+            await handle.signal(GPU_FAULT_REPORTED_SIGNAL, event)
             log.warning("reported %s (gpu %s xid %s) to job %s", event.kind.value, event.index, event.xid, job.job_id)
         except RPCError as e:
             if e.status is not RPCStatusCode.NOT_FOUND:

@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from workers.settings import Settings
-from workflows.constants import job_workflow_id
+from workflows.constants import JOB_RECOVERY_WORKFLOW, PAUSE_UPDATE, RESUME_UPDATE, STATUS_QUERY, job_workflow_id
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.incident import Incident
 from workflows.domain.recovery import JobRecoveryStatus, PauseRequest
@@ -69,7 +69,9 @@ async def run_incident_command(settings: Settings, args: argparse.Namespace) -> 
         handle = client.get_workflow_handle(job_workflow_id(settings.cluster_name, args.job_id))
         try:
             st = await handle.execute_update(
-                args.command, PauseRequest(operator=operator, note=args.note), result_type=JobRecoveryStatus
+                PAUSE_UPDATE if args.command == "pause" else RESUME_UPDATE,
+                PauseRequest(operator=operator, note=args.note),
+                result_type=JobRecoveryStatus,
             )
         except WorkflowUpdateFailedError as e:
             print(f"rebound: refused: {e.cause}", file=sys.stderr)
@@ -94,7 +96,7 @@ async def collect_incidents(
     client: Client, settings: Settings, *, cause: str | None, node: str | None, since: datetime
 ) -> list[tuple[int, Incident]]:
     """(job id, incident) pairs matching the filters, newest first."""
-    query = f'WorkflowType = "JobRecovery" AND ReboundCluster = "{_quote(settings.cluster_name)}"'
+    query = f'WorkflowType = "{JOB_RECOVERY_WORKFLOW}" AND ReboundCluster = "{_quote(settings.cluster_name)}"'
     query += f' AND (CloseTime > "{since.isoformat()}" OR ExecutionStatus = "Running")'
     ids = sorted({wf.id async for wf in client.list_workflows(query)})
     gate = asyncio.Semaphore(_CONCURRENCY)
@@ -103,7 +105,7 @@ async def collect_incidents(
         async with gate:
             try:
                 return await asyncio.wait_for(
-                    client.get_workflow_handle(wf_id).query("status", result_type=JobRecoveryStatus),
+                    client.get_workflow_handle(wf_id).query(STATUS_QUERY, result_type=JobRecoveryStatus),
                     timeout=settings.temporal.query_timeout_s,
                 )
             except Exception:  # noqa: BLE001 - one unreadable workflow (no worker, gone) must not hide the others

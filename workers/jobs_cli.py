@@ -12,7 +12,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from workers.cli import EXIT_NOT_FOUND, EXIT_OK, print_json
 from workers.client import connect
 from workers.settings import Settings
-from workflows.constants import CLUSTER, JOB_ID, RECOVERY_STATE, job_workflow_id
+from workflows.constants import CLUSTER, JOB_ID, JOB_RECOVERY_WORKFLOW, RECOVERY_STATE, job_workflow_id
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.recovery import JobRecoveryInput, JobRecoveryStatus
 from workflows.job_recovery import JobRecoveryWorkflow
@@ -76,7 +76,7 @@ async def status(settings: Settings, job_id: int | None, *, as_json: bool) -> in
             for e in st.timeline:
                 print(f"  {e.at:%Y-%m-%d %H:%M:%S} {e.event:<10} {e.detail}")
         return EXIT_OK
-    query = f'WorkflowType = "JobRecovery" AND ReboundCluster = "{settings.cluster_name}"'
+    query = f'WorkflowType = "{JOB_RECOVERY_WORKFLOW}" AND ReboundCluster = "{settings.cluster_name}"'
     rows = []
     try:
         async for wf in client.list_workflows(query):

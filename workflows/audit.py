@@ -17,6 +17,7 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 
 with workflow.unsafe.imports_passed_through():
     from activities.audit import AuditActivities
+    from workflows.constants import AUDIT_WORKFLOW
     from workflows.domain.audit import AuditCollectInput, AuditInput, AuditResult, AuditWriteInput
     from workflows.domain.errors import FailureKind
     from workflows.policy.audit import summarise, utc
@@ -47,7 +48,7 @@ AUDIT_WRITE: dict[str, Any] = {
 SCHEDULED_START_TIME = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
 
 
-@workflow.defn(name="Audit")
+@workflow.defn(name=AUDIT_WORKFLOW)
 class AuditWorkflow:
     """Reads the period's JobRecovery workflows and Fleet approvals, and writes the audit report."""
 

@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.discovery import DiscoveryActivities
+    from workflows.constants import CLUSTER_WATCH_WORKFLOW, STATUS_QUERY
     from workflows.domain.discovery import (
         MAX_RECENT_ERRORS,
         ClusterWatchInput,
@@ -33,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
 DISCOVERY_BACKOFF = timedelta(seconds=30)
 
 
-@workflow.defn(name="ClusterWatch")
+@workflow.defn(name=CLUSTER_WATCH_WORKFLOW)
 class ClusterWatchWorkflow:
     """Discovers opted-in jobs of one cluster and starts their JobRecovery workflows."""
 
@@ -65,7 +66,9 @@ class ClusterWatchWorkflow:
                     )
                 )
 
-    @workflow.query(description="Known jobs, the last discovery, jobs with a malformed opt-in, recent errors.")
+    @workflow.query(
+        name=STATUS_QUERY, description="Known jobs, the last discovery, jobs with a malformed opt-in, recent errors."
+    )
     def status(self) -> ClusterWatchStatus:
         """The watch's state (also what continue-as-new carries)."""
         return self._status

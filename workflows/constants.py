@@ -1,9 +1,97 @@
-"""Names that must agree between workers, workflows, the CLI and the lab: task queues and search attributes."""
+"""Names that must agree between workers, workflows, the CLI and the lab.
+
+Workflow types, their signal, update and query names, task queues, workflow ids, search attributes, and (from
+``workflows.domain.names``, where domain and policy code reach them) the drain reason and the isolation request id.
+A workflow declares its messages with these names (``@workflow.signal(name=...)``), and everything outside the
+workflows reaches it by them: activities never import workflow classes (STYLE.md section 9.11).
+"""
 
 from __future__ import annotations
 
 from temporalio.common import SearchAttributeKey
 
+from workflows.domain.names import (
+    DRAIN_REASON_PREFIX,
+    drain_reason,
+    incident_id,
+    incident_number_of_request,
+    is_rebound_drain,
+    isolation_request_id,
+    job_drain_prefix,
+)
+
+__all__ = [
+    "ALL_SEARCH_ATTRIBUTES",
+    "ANSWER_APPROVAL_UPDATE",
+    "AUDIT_WORKFLOW",
+    "CAUSE",
+    "CLUSTER",
+    "CLUSTER_WATCH_WORKFLOW",
+    "DEFAULT_TASK_QUEUE",
+    "DRAIN_REASON_PREFIX",
+    "FLEET_WORKFLOW",
+    "GPU_FAULT_REPORTED_SIGNAL",
+    "IMPLICATED_NODES",
+    "ISOLATION_DECIDED_SIGNAL",
+    "JOB_ID",
+    "JOB_RECOVERY_WORKFLOW",
+    "NODE_GPU_HEALTH_WORKFLOW",
+    "NODE_TASK_QUEUE_PREFIX",
+    "PAUSE_UPDATE",
+    "PENDING_APPROVAL",
+    "RECOVERY_STATE",
+    "REQUEST_ISOLATION_SIGNAL",
+    "RESET_BREAKER_UPDATE",
+    "RESTART_COUNT",
+    "RESUME_UPDATE",
+    "SET_MODE_UPDATE",
+    "STATUS_QUERY",
+    "audit_ondemand_workflow_id",
+    "audit_schedule_id",
+    "cluster_watch_workflow_id",
+    "drain_reason",
+    "fleet_workflow_id",
+    "incident_id",
+    "incident_number_of_request",
+    "is_rebound_drain",
+    "isolation_request_id",
+    "job_drain_prefix",
+    "job_workflow_id",
+    "node_task_queue",
+]
+
+# ----- workflow types ------------------------------------------------------------------------------------------
+#: One monitored job's recovery loop (``workflows.job_recovery``).
+JOB_RECOVERY_WORKFLOW = "JobRecovery"
+#: The cluster's single writer of node quarantine (``workflows.fleet``).
+FLEET_WORKFLOW = "Fleet"
+#: Discovers opted-in jobs and starts their JobRecovery (``workflows.cluster_watch``).
+CLUSTER_WATCH_WORKFLOW = "ClusterWatch"
+#: A report over past recoveries and the Fleet (``workflows.audit``), on a Schedule or on demand.
+AUDIT_WORKFLOW = "Audit"
+#: One node's GPU health check (``workflows.node_gpu_health``).
+NODE_GPU_HEALTH_WORKFLOW = "NodeGpuHealth"
+
+# ----- messages ------------------------------------------------------------------------------------------------
+#: Query of JobRecovery, Fleet and ClusterWatch: the workflow's status model.
+STATUS_QUERY = "status"
+#: JobRecovery signal: a node agent saw a GPU fault on one of the job's nodes (``GpuEvent``).
+GPU_FAULT_REPORTED_SIGNAL = "gpu_fault_reported"
+#: JobRecovery signal: the Fleet's answer to an isolation request (``IsolationDecision``).
+ISOLATION_DECIDED_SIGNAL = "isolation_decided"
+#: JobRecovery updates: stop and restart monitoring (``PauseRequest`` -> ``JobRecoveryStatus``).
+PAUSE_UPDATE = "pause"
+RESUME_UPDATE = "resume"
+#: Fleet signal: a JobRecovery asks to drain nodes and restart its job (``IsolationRequest``).
+REQUEST_ISOLATION_SIGNAL = "request_isolation"
+#: Fleet update: an operator approves or rejects a pending action (``ApprovalAnswer`` -> ``Approval``).
+ANSWER_APPROVAL_UPDATE = "answer_approval"
+#: Fleet update: observe, canary or act (``ModeChange`` -> ``FleetStatus``).
+SET_MODE_UPDATE = "set_mode"
+#: Fleet update: earlier drains no longer count toward the breaker's cap (operator -> ``BreakerStatus``).
+RESET_BREAKER_UPDATE = "reset_breaker"
+
+# ----- task queues and workflow ids ----------------------------------------------------------------------------
 #: The central worker's task queue (workflows and cluster-level activities).
 DEFAULT_TASK_QUEUE = "rebound"
 #: Prefix of each node agent's task queue; the node's Slurm name follows (``rebound-node-n1``).

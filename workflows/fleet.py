@@ -26,7 +26,18 @@ with workflow.unsafe.imports_passed_through():
     from activities.gpu.activities import GpuActivities
     from activities.slurm.actions import SlurmActionActivities
     from workflows import metrics
-    from workflows.constants import PENDING_APPROVAL, node_task_queue
+    from workflows.constants import (
+        ANSWER_APPROVAL_UPDATE,
+        FLEET_WORKFLOW,
+        ISOLATION_DECIDED_SIGNAL,
+        PENDING_APPROVAL,
+        REQUEST_ISOLATION_SIGNAL,
+        RESET_BREAKER_UPDATE,
+        SET_MODE_UPDATE,
+        STATUS_QUERY,
+        drain_reason,
+        node_task_queue,
+    )
     from workflows.domain.fleet import (
         Approval,
         ApprovalAnswer,
@@ -49,13 +60,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.notify import notify
     from workflows.options import CLUSTER_ACTION, NODE_AGENT_QUICK_READ, SCHEDULER_READ
 
-#: The JobRecovery signal that carries the Fleet's answer.
-DECISION_SIGNAL = "isolation_decided"
 #: Wake up at least this often to expire approvals and run health checks.
 _MAX_SLEEP_S = 60.0
 
 
-@workflow.defn(name="Fleet")
+@workflow.defn(name=FLEET_WORKFLOW)
 class FleetWorkflow:
     """Node quarantine for one cluster, with the breaker, the modes and the approvals in its state."""
 
@@ -72,16 +81,24 @@ class FleetWorkflow:
         self._published: list[str] | None = None
 
     # ----- messages --------------------------------------------------------------------------------------------
-    @workflow.signal(description="A JobRecovery asks whether it may drain these nodes and restart its job.")
+    @workflow.signal(
+        name=REQUEST_ISOLATION_SIGNAL,
+        description="A JobRecovery asks whether it may drain these nodes and restart its job.",
+    )
     def request_isolation(self, req: IsolationRequest) -> None:
         if all(r.request_id != req.request_id for r in self._queue):
             self._queue.append(req)
 
-    @workflow.query(description="Nodes, breaker, mode, pending and recent approvals, recent decisions.")
+    @workflow.query(
+        name=STATUS_QUERY, description="Nodes, breaker, mode, pending and recent approvals, recent decisions."
+    )
     def status(self) -> FleetStatus:
         return FleetStatus(state=self._state, breaker=self._breaker(), policy=self._policy)
 
-    @workflow.update(description="An operator approves or rejects a pending action (rebound approve|reject).")
+    @workflow.update(
+        name=ANSWER_APPROVAL_UPDATE,
+        description="An operator approves or rejects a pending action (rebound approve|reject).",
+    )
     def answer_approval(self, answer: ApprovalAnswer) -> Approval:
         self._state = policy.answer_approval(self._state, answer, workflow.now())
         self._answered += 1
@@ -94,7 +111,9 @@ class FleetWorkflow:
         if error:
             raise ValueError(error)
 
-    @workflow.update(description="Switch between observe, canary (one partition) and act (rebound mode).")
+    @workflow.update(
+        name=SET_MODE_UPDATE, description="Switch between observe, canary (one partition) and act (rebound mode)."
+    )
     def set_mode(self, change: ModeChange) -> FleetStatus:
         self._state = self._state.model_copy(
             update={"mode": change.mode, "canary_partition": change.canary_partition or self._state.canary_partition}
@@ -109,7 +128,9 @@ class FleetWorkflow:
         if change.mode.value == "canary" and not (change.canary_partition or self._state.canary_partition):
             raise ValueError("canary mode needs a partition (--partition)")
 
-    @workflow.update(description="Reset the drain breaker: earlier drains no longer count toward the cap.")
+    @workflow.update(
+        name=RESET_BREAKER_UPDATE, description="Reset the drain breaker: earlier drains no longer count toward the cap."
+    )
     def reset_breaker(self, operator: str) -> BreakerStatus:
         self._state = self._state.model_copy(update={"breaker_reset_at": workflow.now()})
         self._answered += 1
@@ -190,7 +211,7 @@ class FleetWorkflow:
 
     async def _drain(self, node: str, req: IsolationRequest, view: ClusterSnapshot) -> bool:
         """Drain one node for ``req`` (recorded first, verified by a fresh read); False if someone else holds it."""
-        reason = f"rebound: {req.incident} {req.cause}"
+        reason = drain_reason(req.incident, req.cause)
         key = f"{workflow.info().workflow_id}/{req.request_id}/drain-{node}"
         record = self._state.nodes.get(node)
         self._state = self._state.model_copy(
@@ -320,7 +341,7 @@ class FleetWorkflow:
     async def _reply(self, req: IsolationRequest, decision: IsolationDecision) -> None:
         handle = workflow.get_external_workflow_handle(req.reply_to)
         try:
-            await handle.signal(DECISION_SIGNAL, decision)
+            await handle.signal(ISOLATION_DECIDED_SIGNAL, decision)
         except (ApplicationError, ActivityError) as e:  # the JobRecovery ended meanwhile: nobody to tell
             workflow.logger.info("decision %s not delivered to %s: %s", req.request_id, req.reply_to, e)
 
@@ -368,4 +389,4 @@ class FleetWorkflow:
         workflow.upsert_search_attributes([update])
 
 
-__all__ = ["DECISION_SIGNAL", "FleetWorkflow"]
+__all__ = ["FleetWorkflow"]

@@ -8,12 +8,12 @@ from temporalio.exceptions import ActivityError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from activities.gpu.activities import GpuActivities
-    from workflows.constants import node_task_queue
+    from workflows.constants import NODE_GPU_HEALTH_WORKFLOW, node_task_queue
     from workflows.domain.gpu import NodeGpuHealthInput, NodeGpuHealthResult, NvmlReadGpuHealthInput
     from workflows.options import NODE_AGENT_READ
 
 
-@workflow.defn(name="NodeGpuHealth")
+@workflow.defn(name=NODE_GPU_HEALTH_WORKFLOW)
 class NodeGpuHealthWorkflow:
     """One GPU health read on one node's agent."""
 

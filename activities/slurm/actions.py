@@ -9,14 +9,12 @@ from temporalio import activity
 
 from activities.errors import classified_errors
 from activities.slurm.port import SchedulerPort
+from workflows.constants import DRAIN_REASON_PREFIX, is_rebound_drain
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.loop import DrainInput, DrainResult, RequeueInput, RequeueResult
 from workflows.domain.slurm import JobState, SlurmJob
 
 log = logging.getLogger(__name__)
-
-#: Every drain reason Rebound sets starts with this: the mark of ownership. Only such drains are ever resumed.
-REASON_PREFIX = "rebound:"
 
 _WAITING_OR_RUNNING = (JobState.PENDING, JobState.RUNNING)
 
@@ -33,8 +31,8 @@ class SlurmActionActivities:
 
         A retried call changes nothing: the port's drain is a no-op when the node already carries our reason.
         """
-        if not inp.reason.startswith(REASON_PREFIX):
-            raise ReboundError(FailureKind.CONFIGURATION, f"drain reason must start with {REASON_PREFIX!r}")
+        if not is_rebound_drain(inp.reason):
+            raise ReboundError(FailureKind.CONFIGURATION, f"drain reason must start with {DRAIN_REASON_PREFIX!r}")
         log.info("drain %s (%s) key=%s", inp.node, inp.reason, inp.key)
         with classified_errors():
             try:
@@ -45,7 +43,7 @@ class SlurmActionActivities:
                 node = await self._scheduler.get_node(inp.node)
                 reason = node.reason if node else "?"
                 # Another Rebound incident may have drained it first (a node shared by two jobs): still ours.
-                ours = reason.startswith(REASON_PREFIX)
+                ours = is_rebound_drain(reason)
                 return DrainResult(
                     node=inp.node,
                     verified_at=datetime.now(UTC),

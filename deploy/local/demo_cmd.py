@@ -18,6 +18,7 @@ from pathlib import Path
 from deploy.local.lab import Lab, format_status
 from deploy.local.processes import LabError, run
 from workers.settings import Settings
+from workflows.constants import is_rebound_drain
 from workflows.domain.recovery import JobRecoveryStatus
 
 FOLLOW_S = 45.0
@@ -143,7 +144,7 @@ def _fresh_start(lab: Lab) -> None:
     out = run(["sinfo", "-h", "-N", "-o", "%N|%E"], env=lab.slurm.env())
     for line in out.splitlines():
         node, _, reason = line.partition("|")
-        if reason.startswith("rebound:"):
+        if is_rebound_drain(reason):
             run(["scontrol", "update", f"nodename={node}", "state=resume"], env=lab.slurm.env())
             print(f"released {node} (drained by an earlier demo: {reason})")
     asyncio.run(_reset_fleet(lab))

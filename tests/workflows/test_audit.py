@@ -32,7 +32,7 @@ from workers.audit_schedule import ScheduleOutcome, ensure_audit_schedule
 from workers.cli import main
 from workers.settings import AuditSettings, Settings, TemporalSettings
 from workflows.audit import AuditWorkflow
-from workflows.constants import CLUSTER, audit_schedule_id, fleet_workflow_id
+from workflows.constants import CLUSTER, FLEET_WORKFLOW, JOB_RECOVERY_WORKFLOW, audit_schedule_id, fleet_workflow_id
 from workflows.domain.audit import AuditInput, AuditResult
 from workflows.domain.base import Frozen
 from workflows.domain.fleet import BreakerStatus, FleetPolicy, FleetState, FleetStatus
@@ -45,7 +45,7 @@ class FakeJobInput(Frozen):
     finish: bool = False
 
 
-@workflow.defn(name="JobRecovery")
+@workflow.defn(name=JOB_RECOVERY_WORKFLOW)
 class FakeJobRecovery:
     """Stands in for JobRecovery: answers ``status`` with the status it was given."""
 
@@ -65,7 +65,7 @@ class FakeJobRecovery:
         return self._status
 
 
-@workflow.defn(name="Fleet")
+@workflow.defn(name=FLEET_WORKFLOW)
 class FakeFleet:
     """Stands in for the cluster's Fleet: answers ``status`` with the status it was given, and runs on."""
 

@@ -24,7 +24,7 @@ from activities.discovery import DiscoveryActivities, StartJobRecovery, Temporal
 from activities.slurm.snapshots import SnapshotCache
 from tests.fakes.scheduler import FakeScheduler
 from workflows.cluster_watch import ClusterWatchWorkflow
-from workflows.constants import CLUSTER, JOB_ID, cluster_watch_workflow_id, job_workflow_id
+from workflows.constants import CLUSTER, JOB_ID, JOB_RECOVERY_WORKFLOW, cluster_watch_workflow_id, job_workflow_id
 from workflows.domain.discovery import (
     ClusterWatchInput,
     ClusterWatchStatus,
@@ -233,7 +233,7 @@ async def test_discovery_rides_out_a_scheduler_outage(temporal_client: Client, t
 # ----- the real starter: business-key id + USE_EXISTING ------------------------------------------------------
 
 
-@workflow.defn(name="JobRecovery")
+@workflow.defn(name=JOB_RECOVERY_WORKFLOW)
 class _StubJobRecovery:
     """Stands in for JobRecovery: runs until terminated."""
 

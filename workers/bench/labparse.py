@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from workflows.constants import job_drain_prefix
 from workflows.domain.base import Frozen
 
 # ----- rank logs --------------------------------------------------------------------------------------------------
@@ -125,4 +126,4 @@ def parse_sinfo_nodes(text: str) -> list[NodeRow]:
 
 def rebound_drained(rows: Iterable[NodeRow], job_id: int) -> list[str]:
     """Nodes whose reason is Rebound's for one of this job's incidents (``rebound: <job>-<n> <cause>``)."""
-    return sorted(r.node for r in rows if r.reason.startswith(f"rebound: {job_id}-"))
+    return sorted(r.node for r in rows if r.reason.startswith(job_drain_prefix(job_id)))

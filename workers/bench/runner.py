@@ -22,6 +22,7 @@ from pydantic import Field
 from workers.bench.labparse import NodeRow, parse_rank_log, parse_sinfo_nodes, rebound_drained
 from workers.bench.scenarios import SCENARIOS, XID, GroundTruth, Scenario, ground_truth, pick_target
 from workers.bench.scoring import RunResult, is_done, score_run
+from workflows.constants import is_rebound_drain
 from workflows.domain.base import Frozen
 from workflows.domain.recovery import JobRecoveryStatus
 
@@ -154,7 +155,7 @@ def _resume_nodes(ctx: _Ctx, crashed_node: str | None) -> None:
     from deploy.local.processes import LabError
 
     for row in _nodes(ctx):
-        if row.reason.startswith("rebound:") or (row.node == crashed_node and row.state != "idle"):
+        if is_rebound_drain(row.reason) or (row.node == crashed_node and row.state != "idle"):
             try:
                 _slurm(ctx, "scontrol", "update", f"nodename={row.node}", "state=resume")
                 _say(f"resumed {row.node} (was {row.state}: {row.reason or '-'})")

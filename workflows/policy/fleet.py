@@ -44,6 +44,7 @@ from workflows.domain.fleet import (
     NodeLifecycle,
     NodeRecord,
 )
+from workflows.domain.names import is_rebound_drain
 from workflows.domain.progress import aware
 from workflows.domain.slurm import ClusterSnapshot, SlurmNode
 
@@ -53,7 +54,6 @@ __all__ = [
     "MAX_DECISIONS",
     "MAX_DRAIN_EVENTS",
     "MAX_INCIDENTS_PER_NODE",
-    "REBOUND_REASON_PREFIX",
     "after_drain",
     "after_health_check",
     "answer_approval",
@@ -69,10 +69,6 @@ __all__ = [
     "sync_with_view",
     "validate_answer",
 ]
-
-#: Every drain reason Rebound sets starts with this (``activities.slurm.actions.REASON_PREFIX``; not imported from
-#: there, which would pull activity code into the workflow sandbox). Only such drains are ever resumed.
-REBOUND_REASON_PREFIX = "rebound:"
 
 MAX_INCIDENTS_PER_NODE = 50
 MAX_CHECKS_PER_NODE = 10
@@ -118,10 +114,6 @@ def _unique(names: Iterable[str]) -> list[str]:
         if name and name not in seen:
             seen[name] = None
     return list(seen)
-
-
-def _ours(reason: str) -> bool:
-    return reason.startswith(REBOUND_REASON_PREFIX)
 
 
 def _job_partition(req: IsolationRequest) -> str:
@@ -225,7 +217,7 @@ def decide_isolation(
         if node is None:
             unknown.append(name)
             reasons.append(f"{name}: not a node of this cluster: excluded")
-        elif node.is_drained and not _ours(node.reason):
+        elif node.is_drained and not is_rebound_drain(node.reason):
             external.append(name)
             reasons.append(f"{name}: drained by someone else ({node.reason!r}): excluded, never touched")
         elif node.is_drained:
@@ -516,12 +508,12 @@ def sync_with_view(state: FleetState, view: ClusterSnapshot, now: datetime) -> F
                     NodeLifecycle.EXTERNAL, f"drain reason changed by someone else: {current.reason!r}", now
                 )
         elif record.state in (NodeLifecycle.HEALTHY, NodeLifecycle.SUSPECT):
-            if current.is_drained and not _ours(current.reason):
+            if current.is_drained and not is_rebound_drain(current.reason):
                 update = _moved(NodeLifecycle.EXTERNAL, f"drained by someone else: {current.reason!r}", now)
         elif record.state is NodeLifecycle.DRAINING:
             # Mid-drain: an undrained node may only not show it yet, and our own reason is after_drain's to
             # record; but a drain someone else set first makes it theirs (the drain activity then backs off).
-            if current.is_drained and not _ours(current.reason):
+            if current.is_drained and not is_rebound_drain(current.reason):
                 update = _moved(NodeLifecycle.EXTERNAL, f"drained by someone else: {current.reason!r}", now)
         elif record.state is NodeLifecycle.EXTERNAL and not current.is_drained:
             update = _moved(NodeLifecycle.HEALTHY, "no longer drained by anyone", now)

@@ -24,13 +24,13 @@ from workflows.domain.fleet import (
     NodeLifecycle,
     NodeRecord,
 )
+from workflows.domain.names import drain_reason, is_rebound_drain
 from workflows.domain.slurm import ClusterSnapshot, NodeBaseState, SlurmNode
 from workflows.policy.fleet import (
     MAX_CHECKS_PER_NODE,
     MAX_DECIDED_APPROVALS,
     MAX_DECISIONS,
     MAX_INCIDENTS_PER_NODE,
-    REBOUND_REASON_PREFIX,
     after_drain,
     after_health_check,
     answer_approval,
@@ -802,14 +802,14 @@ def test_breaker_and_ownership_hold_for_any_sequence(
             req = request(*nodes, job=job, number=number, confidence=confidence)
             req = req.model_copy(update={"requested_at": now})
             verdict = decide_isolation(state, req, policy, snapshot, now)
-            foreign = {n for n, s in view.items() if s.is_drained and not s.reason.startswith(REBOUND_REASON_PREFIX)}
+            foreign = {n for n, s in view.items() if s.is_drained and not is_rebound_drain(s.reason)}
             assert not foreign & set(verdict.drain)
             assert set(verdict.external) <= foreign
             assert not set(verdict.drain) & set(verdict.hold)
             assert set(verdict.drain) | set(verdict.hold) | set(verdict.external) <= set(verdict.exclude)
             state = note_incident(state, req, now, policy)
             for name in verdict.drain:
-                reason = f"{REBOUND_REASON_PREFIX} {req.incident} {req.cause}"
+                reason = drain_reason(req.incident, req.cause)
                 view[name] = node(name, partitions=(name[0],), drained=reason)
                 state = after_drain(state, name, reason, req, (name[0],), now, policy)
                 done.append(DrainEvent(at=now, node=name, partitions=(name[0],)))
@@ -818,7 +818,7 @@ def test_breaker_and_ownership_hold_for_any_sequence(
                 owned_before = view[name].reason == state.nodes[name].drain_reason and view[name].is_drained
                 state, resume = after_health_check(state, name, bool(args[0]), "diag", policy, now, snapshot)
                 if resume:
-                    assert owned_before and view[name].reason.startswith(REBOUND_REASON_PREFIX)
+                    assert owned_before and is_rebound_drain(view[name].reason)
                     view[name] = node(name, partitions=(name[0],))
 
     window = timedelta(seconds=policy.breaker_window_s)
