@@ -12,13 +12,14 @@ from activities.errors import classified_errors
 from activities.logs.crash import scan
 from activities.slurm.port import SchedulerReads
 from activities.watch import LogPolicy, log_patterns, to_findings, unresponsive
+from workflows.domain.findings import Cause, FindingKind
 from workflows.domain.incident import Attribution, LogFinding
 from workflows.domain.loop import AttributeInput, AttributeResult
 from workflows.domain.slurm import ClusterSnapshot
 from workflows.policy.attribution import AttributionFacts, attribute, rank_layout
 
 #: Attributions that rest on silence alone: worth waiting for the scheduler's word on the nodes.
-_WEAK_CAUSES = frozenset({"ranks-vanished"})
+_WEAK_CAUSES = frozenset({Cause.RANKS_VANISHED})
 
 
 class AttributionActivities:
@@ -81,7 +82,7 @@ class AttributionActivities:
             findings=findings,
             gpu_events=[e for e in inp.gpu_events if e.observed_at is None or e.observed_at >= since],
             unresponsive_nodes=persistence.confirmed(),
-            node_failure_nodes=[f.node for f in findings if f.kind == "node_failure" and f.node],
+            node_failure_nodes=[f.node for f in findings if f.kind is FindingKind.NODE_FAILURE and f.node],
             ranks_logging=sorted(ranks_logging),
             hang=inp.hang,
             odd_ranks=inp.odd_ranks,

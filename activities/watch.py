@@ -21,7 +21,9 @@ from activities.logs.heartbeat import heartbeat_times
 from activities.logs.progress import find_progress, parse_step
 from activities.logs.tail import LogLine, LogTail, expand_patterns
 from activities.slurm.snapshots import SnapshotCache
-from workflows.domain.incident import Anomaly, AnomalyKind, Evidence, EvidenceSource, LogFinding
+from workflows.domain.anomaly import build_anomaly
+from workflows.domain.hang import HangVerdict
+from workflows.domain.incident import Anomaly, AnomalyKind, LogFinding
 from workflows.domain.loop import (
     JobWatchInput,
     JobWatchResult,
@@ -33,9 +35,10 @@ from workflows.domain.loop import (
 from workflows.domain.progress import ProgressSample, ProgressState, note_activity, observe
 from workflows.domain.recovery import StragglerAction
 from workflows.domain.slurm import ClusterSnapshot, JobState, SlurmJob
+from workflows.domain.straggler import StragglerVerdict
 from workflows.policy.attribution import block_rank_layout
-from workflows.policy.hang import HangVerdict, assess_hang
-from workflows.policy.straggler import StragglerVerdict, assess_stragglers
+from workflows.policy.hang import assess_hang
+from workflows.policy.straggler import assess_stragglers
 
 
 def log_patterns(patterns: Sequence[str], job: SlurmJob | None, job_id: int) -> list[str]:
@@ -54,7 +57,7 @@ def to_findings(found: Sequence[CrashFinding], start_order: int = 0) -> list[Log
     """
     return [
         LogFinding(
-            kind=f.kind.value,
+            kind=f.kind,
             rank=f.rank,
             node=f.node or "",
             exception=f.exception or "",
@@ -62,7 +65,7 @@ def to_findings(found: Sequence[CrashFinding], start_order: int = 0) -> list[Log
             order=start_order + i,
             text=f.text,
             culprit=f.culprit,
-            failure_class=f.failure_class.value,
+            failure_class=f.failure_class,
         )
         for i, f in enumerate(f for f in found if f.role is not Role.INFO)
     ]
@@ -197,19 +200,20 @@ class WatchActivities:
                 # An operator's requeue or an owner's scancel: the ranks' "Terminated" lines are not a failure.
                 findings = []
             if findings:
-                return _anomaly(AnomalyKind.RANK_CRASH, now, job, findings, offsets, polls)
+                anomaly = build_anomaly(AnomalyKind.RANK_CRASH, now, job=job, findings=findings)
+                return _anomaly(now, anomaly, offsets, polls, job=job, findings=findings)
             down = unresponsive(snap, nodes_seen) if job is None or not job.state.is_terminal() else []
             if down:
-                summary = f"node(s) {', '.join(down)} of the job stopped responding"
-                return _anomaly(AnomalyKind.NODE_FAILURE, now, job, [], offsets, polls, summary, down)
+                anomaly = build_anomaly(AnomalyKind.NODE_FAILURE, now, job=job, down_nodes=down)
+                return _anomaly(now, anomaly, offsets, polls, job=job)
             if job is None:
                 return JobWatchResult(
                     outcome=WatchOutcome.GONE, observed_at=now, offsets=offsets, polls=polls, progress=progress
                 )
             if job.restart_count != inp.last_restart_count or job.state is not inp.last_state:
                 if job.state.is_failure():
-                    summary = f"job ended {job.state.value} (exit {job.exit_code}, {job.state_reason})"
-                    return _anomaly(AnomalyKind.JOB_FAILED, now, job, [], offsets, polls, summary, progress=progress)
+                    anomaly = build_anomaly(AnomalyKind.JOB_FAILED, now, job=job)
+                    return _anomaly(now, anomaly, offsets, polls, job=job, progress=progress)
                 return JobWatchResult(
                     outcome=WatchOutcome.CHANGED, observed_at=now, job=job, offsets=offsets, polls=polls,
                     progress=progress,
@@ -217,12 +221,14 @@ class WatchActivities:
             if job.state is JobState.RUNNING:
                 silent = assess_hang(progress, now, inp.hang, expected_ranks=range(job.task_count))
                 if silent.hung:
-                    return _progress_anomaly(now, job, offsets, polls, progress, silent)
+                    anomaly = build_anomaly(AnomalyKind.HANG, now, job=job, verdict=silent)
+                    return _anomaly(now, anomaly, offsets, polls, job=job, progress=progress, verdict=silent)
                 if inp.straggler_action is not StragglerAction.OFF:
                     progress, slow = assess_stragglers(progress, inp.stragglers)
                     new_nodes = {n.node for n in slow.nodes} - set(inp.reported_straggler_nodes)
                     if slow.flagged and new_nodes:
-                        return _progress_anomaly(now, job, offsets, polls, progress, slow)
+                        anomaly = build_anomaly(AnomalyKind.STRAGGLER, now, job=job, verdict=slow)
+                        return _anomaly(now, anomaly, offsets, polls, job=job, progress=progress, verdict=slow)
             await asyncio.sleep(inp.poll_interval_s)
 
     def _track(
@@ -320,87 +326,27 @@ def _resume_details(initial_offsets: dict[str, int]) -> dict[str, Any]:
     return {"offsets": dict(initial_offsets), "polls": 0, "nodes": [], "progress": None}
 
 
-def _hang_evidence(verdict: HangVerdict) -> tuple[Evidence, ...]:
-    """The silence of each rank, the longest first (at most 8)."""
-    return tuple(
-        Evidence(
-            source=EvidenceSource.LOGS,
-            text=f"rank {r.rank}: last step {r.last_step if r.last_step is not None else '-'}, silent "
-            + (f"{r.silent_for_s:.1f}s" if r.silent_for_s is not None else "since watching began"),
-            node=r.node,
-            rank=r.rank,
-        )
-        for r in sorted(verdict.ranks, key=lambda r: -(r.silent_for_s or 0.0))[:8]
-    )
-
-
-def _straggler_evidence(verdict: StragglerVerdict) -> tuple[Evidence, ...]:
-    return tuple(
-        Evidence(source=EvidenceSource.LOGS, text=r.evidence, node=r.node, rank=r.rank) for r in verdict.stragglers[:8]
-    )
-
-
-def _progress_anomaly(
-    now: datetime,
-    job: SlurmJob,
-    offsets: dict[str, int],
-    polls: int,
-    progress: ProgressState,
-    verdict: HangVerdict | StragglerVerdict,
-) -> JobWatchResult:
-    """An anomaly the progress policies found (a hang or a straggler), with the verdict behind it."""
-    hang = verdict if isinstance(verdict, HangVerdict) else None
-    slow = verdict if isinstance(verdict, StragglerVerdict) else None
-    kind = AnomalyKind.HANG if hang is not None else AnomalyKind.STRAGGLER
-    evidence = _hang_evidence(hang) if hang is not None else _straggler_evidence(slow) if slow is not None else ()
-    return JobWatchResult(
-        outcome=WatchOutcome.ANOMALY,
-        observed_at=now,
-        job=job,
-        anomaly=Anomaly(kind=kind, observed_at=now, summary=verdict.summary, evidence=evidence),
-        offsets=offsets,
-        polls=polls,
-        progress=progress,
-        hang=hang,
-        stragglers=slow,
-    )
-
-
 def _anomaly(
-    kind: AnomalyKind,
     now: datetime,
-    job: SlurmJob | None,
-    findings: list[LogFinding],
+    anomaly: Anomaly,
     offsets: dict[str, int],
     polls: int,
-    summary: str = "",
-    nodes: Sequence[str] = (),
     *,
+    job: SlurmJob | None,
+    findings: Sequence[LogFinding] = (),
     progress: ProgressState | None = None,
+    verdict: HangVerdict | StragglerVerdict | None = None,
 ) -> JobWatchResult:
-    evidence = [
-        Evidence(source=EvidenceSource.LOGS, text=f.text, node=f.node, rank=f.rank, at=f.at) for f in findings[:8]
-    ]
-    evidence += [Evidence(source=EvidenceSource.SCHEDULER, text=f"node {n} not responding", node=n) for n in nodes]
-    if job is not None and job.state.is_terminal():
-        evidence.append(
-            Evidence(
-                source=EvidenceSource.SCHEDULER,
-                text=f"job {job.job_id} {job.state.value} exit={job.exit_code} reason={job.state_reason}",
-            )
-        )
-    if not summary:
-        culprits = [f for f in findings if f.culprit]
-        first = min(culprits or findings, key=lambda f: (f.at.timestamp() if f.at else float("inf"), f.order))
-        who = f"rank {first.rank}" if first.rank is not None else "a rank"
-        summary = f"{who}: {first.kind}: {first.text[:160]}"
+    """The watch's answer for an anomaly, with the findings and the verdict behind it."""
     return JobWatchResult(
         outcome=WatchOutcome.ANOMALY,
         observed_at=now,
         job=job,
-        anomaly=Anomaly(kind=kind, observed_at=now, summary=summary, evidence=tuple(evidence)),
+        anomaly=anomaly,
         findings=tuple(findings),
         offsets=offsets,
         polls=polls,
         progress=progress,
+        hang=verdict if isinstance(verdict, HangVerdict) else None,
+        stragglers=verdict if isinstance(verdict, StragglerVerdict) else None,
     )

@@ -33,8 +33,10 @@ with workflow.unsafe.imports_passed_through():
         fleet_workflow_id,
         node_task_queue,
     )
+    from workflows.domain.anomaly import build_anomaly
     from workflows.domain.fleet import FleetMode, IsolationDecision, IsolationRequest
     from workflows.domain.gpu import GpuEvent, GpuHealthReport, NvmlReadGpuHealthInput
+    from workflows.domain.hang import HangPolicy, HangVerdict
     from workflows.domain.incident import (
         ActionKind,
         ActionRecord,
@@ -75,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
         StragglerAction,
     )
     from workflows.domain.slurm import JobState, SlurmJob
+    from workflows.domain.straggler import StragglerVerdict
     from workflows.notify import notify
     from workflows.options import (
         ATTRIBUTE,
@@ -87,10 +90,9 @@ with workflow.unsafe.imports_passed_through():
         WAIT_RESUME,
     )
     from workflows.policy.budget import backoff_s
-    from workflows.policy.hang import HangPolicy, HangVerdict
     from workflows.policy.implicit import attribute_straggler, slowdown_reasons
     from workflows.policy.stacks import describe_stacks, odd_ranks
-    from workflows.policy.straggler import StragglerVerdict, restart_pays_off
+    from workflows.policy.straggler import restart_pays_off
 
 #: Incidents kept in state across continue-as-new (older ones stay in the previous runs' histories).
 MAX_CARRIED_INCIDENTS = 20
@@ -244,15 +246,7 @@ class JobRecoveryWorkflow:
             handle.cancel()
             with contextlib.suppress(ActivityError):  # TRY_CANCEL: resolves at once as cancelled
                 await handle
-            events = tuple(self._gpu_events)
-            first = events[0]
-            anomaly = Anomaly(
-                kind=AnomalyKind.GPU_FAULT,
-                observed_at=first.observed_at or workflow.now(),
-                summary=f"{first.kind.value} on {first.host} GPU {first.index}"
-                + (f" (XID {first.xid})" if first.xid else ""),
-                gpu_events=events,
-            )
+            anomaly = build_anomaly(AnomalyKind.GPU_FAULT, workflow.now(), gpu_events=self._gpu_events)
             return job, anomaly, ()
         result = await handle
         self._status = self._status.model_copy(update={"log_offsets": result.offsets})
@@ -401,10 +395,8 @@ class JobRecoveryWorkflow:
             return self._end(RecoveryState.GAVE_UP, "the scheduler no longer lists the job")
         if resumed.outcome is ResumeOutcome.FAILED_AGAIN:
             self._put_incident(incident.model_copy(update={"outcome": "failed again before resuming"}))
-            self._next_anomaly = Anomaly(
-                kind=AnomalyKind.RANK_CRASH,
-                observed_at=resumed.observed_at,
-                summary="the restarted job failed before it trained a step",
+            self._next_anomaly = build_anomaly(
+                AnomalyKind.RANK_CRASH, resumed.observed_at, summary="the restarted job failed before it trained a step"
             )
             return None
         where = f" from {resumed.checkpoint}" if resumed.checkpoint else ""

@@ -26,15 +26,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from activities.logs.signatures import SIGNATURES, Category, CrashKind, Role, Signature, extract, match, prepare
+from activities.logs.signatures import SIGNATURES, Category, Role, Signature, extract, match, prepare
 from activities.logs.tail import LogLine
 from workflows.domain.base import Frozen
+from workflows.domain.findings import FindingKind
 from workflows.domain.incident import Evidence, EvidenceSource, FailureClass
 
 __all__ = [
     "CRASH_RULES",
     "CrashFinding",
-    "CrashKind",
     "CrashRule",
     "Role",
     "classify",
@@ -54,7 +54,7 @@ class CrashFinding(Frozen):
     """One log line that says something crashed (or, for ``Role.INFO``, was stopped on purpose)."""
 
     rule: str
-    kind: CrashKind
+    kind: FindingKind
     failure_class: FailureClass
     role: Role
     culprit: bool

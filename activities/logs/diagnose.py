@@ -41,7 +41,6 @@ from pydantic import Field
 from activities.logs.signatures import (
     CATEGORIES,
     Category,
-    CrashKind,
     Prepared,
     Role,
     SignatureMatch,
@@ -51,6 +50,7 @@ from activities.logs.signatures import (
 )
 from activities.logs.tail import DEFAULT_MAX_BYTES_PER_FILE, rank_token
 from workflows.domain.base import Frozen
+from workflows.domain.findings import FindingKind
 from workflows.domain.incident import FailureClass
 
 __all__ = [
@@ -461,7 +461,7 @@ class Diagnoser:
             _fill(fields, {name: ctx.only(name) for name in ("rank", "host", "gpu")})
             _fill(fields, {"host": ctx.prompt_host})
             near = ctx.pci is not None and 0 <= acc.best.line - ctx.pci[0] <= 3
-            if near and acc.best.hit.signature.kind in (CrashKind.CUDA_ERROR, CrashKind.XID) and ctx.pci:
+            if near and acc.best.hit.signature.kind in (FindingKind.CUDA_ERROR, FindingKind.XID) and ctx.pci:
                 _fill(fields, {"gpu": ctx.pci[1]})
         return fields
 

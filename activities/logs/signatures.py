@@ -6,7 +6,8 @@ findings) and ``activities.logs.diagnose`` (root cause over whole logs) both rea
 * ``category``: the canonical failure category (``Category``), whose ``CATEGORIES`` entry gives the default
   ``failure_class``, ``restartable`` (can a restart, elsewhere, help?) and ``tier`` (how strongly it explains a
   failure: hardware evidence > a rank's own error > a communication error > a launcher's summary);
-* ``kind`` and ``role``: what the live detector has always reported (``CrashKind``; culprit, victim or info);
+* ``kind`` and ``role``: what the live detector has always reported (``FindingKind``, in ``workflows.domain.findings``;
+  culprit, victim or info);
 * ``priority``: when several rows match one line, the highest wins (the table is kept in that order);
 * ``pattern``: searched in the line's body, i.e. after the prefixes ``prepare`` peels off. Its named groups are
   the fields it extracts: ``rank`` or ``ranks`` (a Slurm task list), ``host``, ``gpu`` (index or PCI id),
@@ -35,6 +36,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from activities.logs.tail import rank_token, split_prefix
+from workflows.domain.findings import FindingKind
 from workflows.domain.incident import FailureClass
 
 __all__ = [
@@ -42,7 +44,6 @@ __all__ = [
     "SIGNATURES",
     "Category",
     "CategoryInfo",
-    "CrashKind",
     "Fields",
     "Prepared",
     "Role",
@@ -84,25 +85,6 @@ class Category(StrEnum):
     SLURM_TASK_EXIT = "slurm_task_exit"
     NAN_LOSS = "nan_loss"
     NONE = "none"
-
-
-class CrashKind(StrEnum):
-    """What the live detector reports (``activities.logs.crash``); attribution keys on these values."""
-
-    CUDA_ERROR = "cuda_error"
-    XID = "xid"
-    SEGFAULT = "segfault"
-    FATAL_SIGNAL = "fatal_signal"
-    """SIGABRT, SIGFPE, SIGILL: the process died of a signal it raised itself."""
-    RANK_EXIT = "rank_exit"
-    KILLED = "killed"
-    COMM_ERROR = "comm_error"
-    NODE_FAILURE = "node_failure"
-    PYTHON_EXCEPTION = "python_exception"
-    TERMINATED = "terminated"
-    """srun (or Slurm) sent SIGTERM: the task was stopped, it did not fail."""
-    REQUEUE = "requeue"
-    CANCELLED = "cancelled"
 
 
 class Role(StrEnum):
@@ -165,7 +147,7 @@ class Signature:
     id: str
     category: Category
     pattern: re.Pattern[str]
-    kind: CrashKind
+    kind: FindingKind
     role: Role
     priority: int
     failure_class: FailureClass | None
@@ -194,7 +176,7 @@ class Signature:
 def _row(
     id: str,
     category: Category,
-    kind: CrashKind,
+    kind: FindingKind,
     role: Role,
     priority: int,
     regex: str,
@@ -226,7 +208,7 @@ def _row(
     )
 
 
-_K = CrashKind
+_K = FindingKind
 _CU, _VI, _IN = Role.CULPRIT, Role.VICTIM, Role.INFO
 # srun (salloc, sbatch and forks such as Tianhe's yhrun print the same) reports each task's end on its own stderr:
 # "srun: error: n1: tasks 0-1: Killed".
@@ -810,7 +792,7 @@ def extract(hit: SignatureMatch, prep: Prepared, *, rank: int | None = None, hos
     if gpu is None or line_rank is None or (node is None and sig.node_fallback):
         hints = _hints(body)
         gpu = gpu or hints.get("gpu")
-        if sig.kind in (CrashKind.CUDA_ERROR, CrashKind.XID):  # a NIC's or a disk's PCI id is not a GPU
+        if sig.kind in (FindingKind.CUDA_ERROR, FindingKind.XID):  # a NIC's or a disk's PCI id is not a GPU
             gpu = gpu or hints.get("pci")
         line_rank = line_rank if line_rank is not None else _int(hints.get("rank"))
         node = node if node is not None or not sig.node_fallback else hints.get("host")

@@ -50,6 +50,7 @@ from activities.logs.crash import scan
 from activities.logs.tail import LogLine, LogTail, expand_patterns
 from activities.watch import to_findings, unresponsive
 from workflows.domain.base import Frozen
+from workflows.domain.findings import FindingKind
 from workflows.domain.fleet import FleetPolicy
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.incident import Attribution, FailureClass
@@ -278,7 +279,7 @@ def build_facts(loaded: LoadedScenario, lines: Sequence[LogLine] | None = None) 
         findings=findings,
         gpu_events=scenario.gpu_events,
         unresponsive_nodes=unresponsive(_snapshot(scenario), nodes),
-        node_failure_nodes=[f.node for f in findings if f.kind == "node_failure" and f.node],
+        node_failure_nodes=[f.node for f in findings if f.kind is FindingKind.NODE_FAILURE and f.node],
         ranks_logging=sorted(ranks_logging),
     )
 

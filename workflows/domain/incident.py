@@ -8,10 +8,11 @@ from enum import StrEnum
 from pydantic import Field
 
 from workflows.domain.base import Frozen
+from workflows.domain.findings import FindingKind
 from workflows.domain.gpu import GpuEvent
+from workflows.domain.hang import HangVerdict
 from workflows.domain.procs import RankProcess, RankStack
-from workflows.policy.hang import HangVerdict
-from workflows.policy.straggler import StragglerVerdict
+from workflows.domain.straggler import StragglerVerdict
 
 
 class EvidenceSource(StrEnum):
@@ -143,9 +144,9 @@ class Incident(Frozen):
 
 
 class LogFinding(Frozen):
-    """One crash finding from a rank's output, as attribution needs it (kinds: see ``activities.logs.crash``)."""
+    """One crash finding from a rank's output, as attribution needs it (read by ``activities.logs.crash``)."""
 
-    kind: str
+    kind: FindingKind
     rank: int | None = None
     node: str = ""
     exception: str = ""
@@ -154,5 +155,5 @@ class LogFinding(Frozen):
     """Position in reading order: the tie-breaker when lines carry no timestamp."""
     text: str = ""
     culprit: bool = False
-    failure_class: str = ""
+    failure_class: FailureClass | None = None
     """The rule's hint (``hardware``, ``user``...): a CUDA out-of-memory is the program's, not the GPU's."""

@@ -9,13 +9,13 @@ from pydantic import Field
 
 from workflows.domain.base import Frozen
 from workflows.domain.gpu import GpuEvent
+from workflows.domain.hang import HangPolicy, HangVerdict
 from workflows.domain.incident import Anomaly, Attribution, LogFinding
 from workflows.domain.procs import RankProcess
 from workflows.domain.progress import ProgressState
 from workflows.domain.recovery import StragglerAction
 from workflows.domain.slurm import JobState, SlurmJob
-from workflows.policy.hang import HangPolicy, HangVerdict
-from workflows.policy.straggler import StragglerPolicy, StragglerVerdict
+from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
 
 
 class JobWatchInput(Frozen):

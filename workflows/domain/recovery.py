@@ -8,11 +8,11 @@ from enum import StrEnum
 from pydantic import Field
 
 from workflows.domain.base import Frozen
+from workflows.domain.hang import HangPolicy
 from workflows.domain.incident import Incident, TimelineEntry
 from workflows.domain.progress import ProgressState
 from workflows.domain.slurm import JobState, SlurmJob
-from workflows.policy.hang import HangPolicy
-from workflows.policy.straggler import StragglerPolicy
+from workflows.domain.straggler import StragglerPolicy
 
 
 class RecoveryState(StrEnum):

@@ -23,18 +23,25 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from workflows.domain.findings import Cause, FindingKind
 from workflows.domain.gpu import GpuEvent, GpuEventKind
+from workflows.domain.hang import HangVerdict
 from workflows.domain.incident import Attribution, Evidence, EvidenceSource, FailureClass, LogFinding
 from workflows.domain.procs import RankProcess
-from workflows.policy.hang import HangVerdict
 from workflows.policy.implicit import attribute_hang
 
-#: Finding kinds (``activities.logs.crash``) that point at the GPU and at the code.
-GPU_KINDS = frozenset({"cuda_error", "xid"})
-USER_KINDS = frozenset({"python_exception"})
+#: Finding kinds that point at the GPU and at the code.
+GPU_KINDS = frozenset({FindingKind.CUDA_ERROR, FindingKind.XID})
+USER_KINDS = frozenset({FindingKind.PYTHON_EXCEPTION})
 #: Findings that only say a rank ended: what killed it decides whether it is a culprit. An abort (SIGABRT) after
 #: the rank's own communication error or watchdog timeout is how NCCL's watchdog ends a victim.
-EXIT_KINDS = frozenset({"rank_exit", "killed", "terminated", "fatal_signal"})
+EXIT_KINDS = frozenset({FindingKind.RANK_EXIT, FindingKind.KILLED, FindingKind.TERMINATED, FindingKind.FATAL_SIGNAL})
+#: The cause named after the kind of the first culprit finding (rule 6); any other kind is a ``rank-crash``.
+_EXIT_CAUSES = {
+    FindingKind.SEGFAULT: Cause.SEGFAULT,
+    FindingKind.KILLED: Cause.RANK_KILLED,
+    FindingKind.FATAL_SIGNAL: Cause.FATAL_SIGNAL,
+}
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ def attribute(facts: AttributionFacts) -> Attribution:
     if down:
         return Attribution(
             failure_class=FailureClass.INFRASTRUCTURE,
-            cause="node-down",
+            cause=Cause.NODE_DOWN,
             retryable=True,
             confidence=0.9,
             implicated_nodes=tuple(down),
@@ -107,23 +114,23 @@ def attribute(facts: AttributionFacts) -> Attribution:
     if failed:
         return Attribution(
             failure_class=FailureClass.INFRASTRUCTURE,
-            cause="node-failure",
+            cause=Cause.NODE_FAILURE,
             retryable=True,
             confidence=0.85,
             implicated_nodes=tuple(failed),
             explanation=f"Slurm reported a node failure on {', '.join(failed)}",
-            evidence=_evidence(f for f in facts.findings if f.kind == "node_failure"),
+            evidence=_evidence(f for f in facts.findings if f.kind is FindingKind.NODE_FAILURE),
         )
     ordered = sorted(facts.findings, key=_first_key)
-    cuda = [f for f in ordered if f.kind in GPU_KINDS and f.failure_class != FailureClass.USER.value]
+    cuda = [f for f in ordered if f.kind in GPU_KINDS and f.failure_class is not FailureClass.USER]
     if cuda:
-        return _culprit(cuda[0], facts, FailureClass.HARDWARE, "cuda-error", 0.8, ordered)
+        return _culprit(cuda[0], facts, FailureClass.HARDWARE, Cause.CUDA_ERROR, 0.8, ordered)
     # An exception from the code, or a GPU error the code caused (CUDA out of memory, device-side assert).
     # ... and a rank killed for the job's own excess (the host OOM killer, a cgroup limit): restarting repeats it.
     user = [
         f
         for f in ordered
-        if f.kind in USER_KINDS or (f.kind in GPU_KINDS | {"killed"} and f.failure_class == FailureClass.USER.value)
+        if f.kind in USER_KINDS or (f.kind in GPU_KINDS | {FindingKind.KILLED} and f.failure_class is FailureClass.USER)
     ]
     if user:
         return _user_bug(user, facts)
@@ -137,9 +144,7 @@ def attribute(facts: AttributionFacts) -> Attribution:
     ]
     if culprits:
         first = culprits[0]
-        cause = {"segfault": "segfault", "killed": "rank-killed", "fatal_signal": "fatal-signal"}.get(
-            first.kind, "rank-crash"
-        )
+        cause = _EXIT_CAUSES.get(first.kind, Cause.RANK_CRASH)
         return _culprit(first, facts, FailureClass.UNKNOWN, cause, 0.6, ordered)
     if facts.hang is not None:
         return attribute_hang(facts.hang, facts.odd_ranks, facts.processes, facts.stack_summary)
@@ -152,7 +157,7 @@ def attribute(facts: AttributionFacts) -> Attribution:
             # threshold, so it is kept out of the job's next placement but drained only if an operator agrees.
             return Attribution(
                 failure_class=FailureClass.UNKNOWN,
-                cause="ranks-vanished",
+                cause=Cause.RANKS_VANISHED,
                 retryable=True,
                 confidence=0.4,
                 implicated_nodes=silent,
@@ -162,7 +167,7 @@ def attribute(facts: AttributionFacts) -> Attribution:
             )
     return Attribution(
         failure_class=FailureClass.UNKNOWN,
-        cause="unknown",
+        cause=Cause.UNKNOWN,
         retryable=True,
         confidence=0.2,
         explanation="the job failed without evidence that points at a node or at the code",
@@ -200,7 +205,7 @@ def _culprit(
     first: LogFinding,
     facts: AttributionFacts,
     failure_class: FailureClass,
-    cause: str,
+    cause: Cause,
     confidence: float,
     ordered: list[LogFinding],
 ) -> Attribution:
@@ -229,7 +234,7 @@ def _user_bug(user: list[LogFinding], facts: AttributionFacts) -> Attribution:
     where = f"ranks {', '.join(map(str, ranks))}" if ranks else "the job"
     return Attribution(
         failure_class=FailureClass.USER,
-        cause="user-bug",
+        cause=Cause.USER_BUG,
         retryable=False,
         confidence=0.95 if len(nodes) > 1 else 0.75,
         implicated_ranks=tuple(ranks),

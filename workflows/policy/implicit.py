@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from workflows.domain.findings import Cause
+from workflows.domain.hang import HangVerdict
 from workflows.domain.incident import Attribution, Evidence, EvidenceSource, FailureClass
 from workflows.domain.procs import RankProcess
-from workflows.policy.hang import HangVerdict
-from workflows.policy.straggler import StragglerVerdict
+from workflows.domain.straggler import StragglerVerdict
 
 __all__ = ["SLOWDOWN_REASON_BITS", "attribute_hang", "attribute_straggler", "slowdown_reasons"]
 
@@ -77,7 +78,7 @@ def attribute_hang(
     if d_nodes and len(d_nodes) < max(2, len(all_nodes)):
         return Attribution(
             failure_class=FailureClass.INFRASTRUCTURE,
-            cause="hang-in-kernel",
+            cause=Cause.HANG_IN_KERNEL,
             retryable=True,
             confidence=0.6,
             implicated_nodes=tuple(d_nodes),
@@ -96,7 +97,7 @@ def attribute_hang(
         why.append(f"stack of rank(s) {', '.join(map(str, odd_ranks))} differs from its peers'")
     return Attribution(
         failure_class=FailureClass.UNKNOWN,
-        cause="hang",
+        cause=Cause.HANG,
         retryable=True,
         confidence=round(confidence, 2),
         implicated_ranks=tuple(suspects),
@@ -126,7 +127,7 @@ def attribute_straggler(verdict: StragglerVerdict, throttled: Mapping[str, Seque
     metric = verdict.metric.value.replace("_", " ") if verdict.metric else "step time"
     return Attribution(
         failure_class=FailureClass.HARDWARE if hot else FailureClass.UNKNOWN,
-        cause="straggler-gpu-throttled" if hot else "straggler",
+        cause=Cause.STRAGGLER_GPU_THROTTLED if hot else Cause.STRAGGLER,
         retryable=True,
         confidence=0.85 if hot else 0.7,
         implicated_nodes=nodes,

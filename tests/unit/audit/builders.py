@@ -38,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 
 from workflows.domain.fleet import Approval, ApprovalKind, ApprovalOutcome, IsolationRequest
 from workflows.domain.gpu import GpuEvent, GpuEventKind
+from workflows.domain.hang import HangVerdict, WindowBasis
 from workflows.domain.incident import (
     ActionKind,
     ActionRecord,
@@ -50,7 +51,6 @@ from workflows.domain.incident import (
     Incident,
 )
 from workflows.domain.recovery import JobRecoveryStatus, RecoveryState
-from workflows.policy.hang import HangVerdict, WindowBasis
 
 SINCE = datetime(2025, 1, 1, 0, 0, 0, tzinfo=UTC)
 UNTIL = SINCE + timedelta(hours=10)

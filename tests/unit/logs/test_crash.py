@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from activities.logs import crash
-from activities.logs.crash import CRASH_RULES, CrashFinding, CrashKind, Role, classify, scan, to_evidence
+from activities.logs.crash import CRASH_RULES, CrashFinding, Role, classify, scan, to_evidence
 from activities.logs.tail import LogLine, LogTail, rank_token, split_prefix
+from workflows.domain.findings import FindingKind
 from workflows.domain.incident import EvidenceSource, FailureClass
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "logs"
@@ -252,18 +253,18 @@ def test_every_rule_is_tested_and_extracts_only_known_fields() -> None:
 @pytest.mark.parametrize(
     ("kind", "role"),
     [
-        (CrashKind.CUDA_ERROR, Role.CULPRIT),
-        (CrashKind.XID, Role.CULPRIT),
-        (CrashKind.SEGFAULT, Role.CULPRIT),
-        (CrashKind.RANK_EXIT, Role.CULPRIT),
-        (CrashKind.COMM_ERROR, Role.VICTIM),
-        (CrashKind.NODE_FAILURE, Role.CULPRIT),
-        (CrashKind.PYTHON_EXCEPTION, Role.CULPRIT),
-        (CrashKind.REQUEUE, Role.INFO),
-        (CrashKind.CANCELLED, Role.INFO),
+        (FindingKind.CUDA_ERROR, Role.CULPRIT),
+        (FindingKind.XID, Role.CULPRIT),
+        (FindingKind.SEGFAULT, Role.CULPRIT),
+        (FindingKind.RANK_EXIT, Role.CULPRIT),
+        (FindingKind.COMM_ERROR, Role.VICTIM),
+        (FindingKind.NODE_FAILURE, Role.CULPRIT),
+        (FindingKind.PYTHON_EXCEPTION, Role.CULPRIT),
+        (FindingKind.REQUEUE, Role.INFO),
+        (FindingKind.CANCELLED, Role.INFO),
     ],
 )
-def test_the_table_keeps_the_agreed_role_of_each_kind(kind: CrashKind, role: Role) -> None:
+def test_the_table_keeps_the_agreed_role_of_each_kind(kind: FindingKind, role: Role) -> None:
     # torchrun's summary block (ChildFailedError, its Root Cause header, "Signal 9 ... received") only points at a
     # failure reported elsewhere.
     exempt = {"torchrun_child_failed", "elastic_root_cause", "elastic_exitcode", "signal_received"}
@@ -273,7 +274,7 @@ def test_the_table_keeps_the_agreed_role_of_each_kind(kind: CrashKind, role: Rol
 
 def test_only_the_programs_own_gpu_errors_are_user_class() -> None:
     """Attribution calls a GPU-kind finding a hardware fault unless its class is user."""
-    gpu_kinds = (CrashKind.CUDA_ERROR, CrashKind.XID)
+    gpu_kinds = (FindingKind.CUDA_ERROR, FindingKind.XID)
     user = {r.name for r in CRASH_RULES if r.kind in gpu_kinds and r.failure_class is USER}
     assert user == {"cuda_oom", "cuda_device_assert"}
     assert all(r.failure_class is not None for r in CRASH_RULES if r.kind in gpu_kinds)
@@ -331,14 +332,19 @@ def test_user_bug_vs_dead_peer_vs_gpu_fault() -> None:
             "RuntimeError: CUDA error: unspecified launch failure",
         )
     )
-    assert (user.kind, user.failure_class, user.culprit) == (CrashKind.PYTHON_EXCEPTION, USER, True)
+    assert (user.kind, user.failure_class, user.culprit) == (FindingKind.PYTHON_EXCEPTION, USER, True)
     assert (peer.kind, peer.role, peer.culprit, peer.exception) == (
-        CrashKind.COMM_ERROR,
+        FindingKind.COMM_ERROR,
         Role.VICTIM,
         False,
         "RuntimeError",
     )
-    assert (gpu.kind, gpu.failure_class, gpu.culprit, gpu.exception) == (CrashKind.CUDA_ERROR, HW, True, "RuntimeError")
+    assert (gpu.kind, gpu.failure_class, gpu.culprit, gpu.exception) == (
+        FindingKind.CUDA_ERROR,
+        HW,
+        True,
+        "RuntimeError",
+    )
 
 
 def _summary(findings: list[CrashFinding]) -> list[tuple[str, int | None, Role]]:
@@ -368,8 +374,8 @@ def test_demo_user_bug_and_segfault() -> None:
 def test_lab_requeue_is_information_only() -> None:
     findings = scan(_read("lab-requeue-*.log"))
     assert findings and not any(f.culprit for f in findings)
-    assert {f.kind for f in findings} == {CrashKind.REQUEUE, CrashKind.CANCELLED, CrashKind.TERMINATED}
-    terminated = [(f.rank, f.node) for f in findings if f.kind is CrashKind.TERMINATED]
+    assert {f.kind for f in findings} == {FindingKind.REQUEUE, FindingKind.CANCELLED, FindingKind.TERMINATED}
+    terminated = [(f.rank, f.node) for f in findings if f.kind is FindingKind.TERMINATED]
     assert terminated[:4] == [(2, "n2"), (3, "n2"), (0, "n1"), (1, "n1")]
 
 

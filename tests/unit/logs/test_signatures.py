@@ -13,13 +13,13 @@ from activities.logs.signatures import (
     CATEGORIES,
     SIGNATURES,
     Category,
-    CrashKind,
     Role,
     Signature,
     extract,
     match,
     prepare,
 )
+from workflows.domain.findings import FindingKind
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -837,9 +837,9 @@ def test_hints_are_sound(sig: Signature) -> None:
 
 
 def test_kinds_and_roles_stay_what_the_live_detector_reports() -> None:
-    comm = {s.role for s in SIGNATURES if s.kind is CrashKind.COMM_ERROR}
+    comm = {s.role for s in SIGNATURES if s.kind is FindingKind.COMM_ERROR}
     assert comm == {Role.VICTIM}
-    assert {s.kind for s in SIGNATURES if s.category is C.USER_EXCEPTION} == {CrashKind.PYTHON_EXCEPTION}
+    assert {s.kind for s in SIGNATURES if s.category is C.USER_EXCEPTION} == {FindingKind.PYTHON_EXCEPTION}
 
 
 def test_regexes_are_fast_on_long_junk() -> None:

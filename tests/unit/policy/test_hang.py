@@ -7,8 +7,9 @@ import pytest
 from pydantic import ValidationError
 
 from tests.unit.policy.test_progress_state import Sim, Watch, at, sample, simulate
+from workflows.domain.hang import HangPolicy, HangVerdict, WindowBasis
 from workflows.domain.progress import ProgressSample, ProgressState, note_activity, note_restart, observe
-from workflows.policy.hang import HangPolicy, HangVerdict, WindowBasis, assess_hang, hang_window, percentile
+from workflows.policy.hang import assess_hang, hang_window, percentile
 
 FAST = HangPolicy(floor_s=5.0, min_intervals=5, startup_s=120.0)
 

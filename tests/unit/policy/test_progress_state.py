@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from workflows.domain.hang import HangPolicy, HangVerdict
 from workflows.domain.progress import (
     MAX_RANKS,
     ProgressSample,
@@ -22,8 +23,9 @@ from workflows.domain.progress import (
     note_restart,
     observe,
 )
-from workflows.policy.hang import HangPolicy, HangVerdict, assess_hang
-from workflows.policy.straggler import StragglerPolicy, StragglerVerdict, assess_stragglers
+from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
+from workflows.policy.hang import assess_hang
+from workflows.policy.straggler import assess_stragglers
 
 T0 = datetime(2026, 11, 30, 4, 0, 0, tzinfo=UTC)
 

@@ -10,14 +10,8 @@ from pydantic import ValidationError
 
 from tests.unit.policy.test_progress_state import Sim, Watch, at, sample, simulate
 from workflows.domain.progress import ProgressSample, ProgressState, note_restart, observe
-from workflows.policy.straggler import (
-    StragglerMetric,
-    StragglerPolicy,
-    StragglerVerdict,
-    assess_stragglers,
-    median,
-    restart_pays_off,
-)
+from workflows.domain.straggler import StragglerMetric, StragglerPolicy, StragglerVerdict
+from workflows.policy.straggler import assess_stragglers, median, restart_pays_off
 
 POLICY = StragglerPolicy()
 
