@@ -36,7 +36,8 @@ from temporalio.exceptions import TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import classified_errors
-from workflows.constants import JOB_RECOVERY_WORKFLOW, STATUS_QUERY, fleet_workflow_id
+from activities.temporal.rebound_workflows import query_fleet_status, query_job_status
+from workflows.constants import JOB_RECOVERY_WORKFLOW, fleet_workflow_id
 from workflows.domain.audit import (
     ApprovalRow,
     ApprovalSummary,
@@ -186,15 +187,11 @@ class AuditActivities:
         return listed, skipped
 
     async def _status(self, wf: WorkflowExecution) -> tuple[JobRecoveryStatus | None, CollectFailure | None]:
-        handle = self._client.get_workflow_handle(wf.id, run_id=wf.run_id)
-
         def failed(kind: str, message: str) -> tuple[None, CollectFailure]:
             return None, CollectFailure(workflow_id=wf.id, run_id=wf.run_id, kind=kind, message=message[:500])
 
         try:
-            status = await asyncio.wait_for(
-                handle.query(STATUS_QUERY, result_type=JobRecoveryStatus), timeout=self._query_timeout_s
-            )
+            status = await query_job_status(self._client, wf.id, run_id=wf.run_id, timeout_s=self._query_timeout_s)
         except TimeoutError:
             return failed("QUERY_TIMEOUT", f"no answer within {self._query_timeout_s:g} s (is a worker running?)")
         except RPCError as e:
@@ -215,10 +212,7 @@ class AuditActivities:
             return FleetApprovals(workflow_id=wf_id, read=FleetRead.UNREADABLE, message=message[:500])
 
         try:
-            status = await asyncio.wait_for(
-                self._client.get_workflow_handle(wf_id).query(STATUS_QUERY, result_type=FleetStatus),
-                timeout=self._query_timeout_s,
-            )
+            status = await query_fleet_status(self._client, inp.cluster, timeout_s=self._query_timeout_s)
         except TimeoutError:
             return unreadable(f"QUERY_TIMEOUT: no answer within {self._query_timeout_s:g} s (is a worker running?)")
         except RPCError as e:

@@ -13,13 +13,13 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import classified_errors
 from activities.slurm.snapshots import SnapshotCache
-from workflows.constants import CLUSTER, JOB_ID, JOB_RECOVERY_WORKFLOW, job_workflow_id
+from activities.temporal.rebound_workflows import start_job_recovery
+from workflows.constants import job_workflow_id
 from workflows.domain.discovery import (
     DiscoveredJob,
     DiscoverJobsInput,
@@ -95,17 +95,7 @@ class TemporalJobRecoveryStarter:
             detection=self._detection,
         )
         try:
-            handle = await self._client.start_workflow(
-                JOB_RECOVERY_WORKFLOW,
-                args,
-                id=wf_id,
-                task_queue=self._task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                search_attributes=TypedSearchAttributes(
-                    [SearchAttributePair(JOB_ID, str(inp.job_id)), SearchAttributePair(CLUSTER, inp.cluster)]
-                ),
-                static_summary=f"Rebound: keep Slurm job {inp.job_id} on {inp.cluster} making progress (opted in)",
-            )
+            handle = await start_job_recovery(self._client, args, task_queue=self._task_queue, opted_in=True)
         except WorkflowAlreadyStartedError as e:  # only under a stricter id reuse policy than ours; still done
             return StartJobRecoveryResult(workflow_id=wf_id, run_id=e.run_id)
         except RPCError as e:

@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
 from activities.errors import classified_errors
 from activities.slurm.port import SchedulerPort
-from workflows.constants import CLUSTER, FLEET_WORKFLOW, REQUEST_ISOLATION_SIGNAL, fleet_workflow_id
+from activities.temporal.rebound_workflows import signal_fleet_request
+from workflows.constants import fleet_workflow_id
 from workflows.domain.base import Frozen
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.fleet import FleetInput, FleetPolicy, IsolationRequest
@@ -56,16 +56,8 @@ class FleetActivities:
             raise ReboundError(FailureKind.CONFIGURATION, "this worker has no Temporal client for the Fleet")
         wf_id = fleet_workflow_id(self._cluster)
         try:
-            await self._client.start_workflow(
-                FLEET_WORKFLOW,
-                FleetInput(cluster=self._cluster, policy=self._policy),
-                id=wf_id,
-                task_queue=self._task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                start_signal=REQUEST_ISOLATION_SIGNAL,
-                start_signal_args=[req],
-                search_attributes=TypedSearchAttributes([SearchAttributePair(CLUSTER, self._cluster)]),
-                static_summary=f"Rebound Fleet of {self._cluster}: node quarantine, breaker, approvals",
+            await signal_fleet_request(
+                self._client, FleetInput(cluster=self._cluster, policy=self._policy), req, task_queue=self._task_queue
             )
         except RPCError as e:
             raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, f"signalling {wf_id}: {e.message}") from e

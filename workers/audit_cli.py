@@ -79,14 +79,13 @@ async def run_audit(
         ReboundError: ``TEMPORAL_UNREACHABLE`` when Temporal cannot be reached.
     """
     from temporalio.client import WorkflowFailureError
-    from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
     from temporalio.exceptions import ApplicationError
     from temporalio.service import RPCError, RPCStatusCode
 
+    from activities.temporal.rebound_workflows import start_audit
     from workers.cli import EXIT_FAIL, EXIT_OK, print_json
     from workers.client import connect
-    from workflows.audit import AuditWorkflow
-    from workflows.constants import CLUSTER, audit_ondemand_workflow_id
+    from workflows.constants import audit_ondemand_workflow_id
     from workflows.domain.audit import AuditInput
     from workflows.domain.errors import FailureKind, ReboundError
 
@@ -94,14 +93,11 @@ async def run_audit(
     client = client or await connect(settings.temporal)
     stamp = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     try:
-        handle = await client.start_workflow(
-            AuditWorkflow.run,
+        handle = await start_audit(
+            client,
             inp,
-            id=audit_ondemand_workflow_id(settings.cluster_name, stamp),
+            workflow_id=audit_ondemand_workflow_id(settings.cluster_name, stamp),
             task_queue=settings.temporal.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            search_attributes=TypedSearchAttributes([SearchAttributePair(CLUSTER, settings.cluster_name)]),
-            static_summary=f"Rebound: on-demand audit of {settings.cluster_name} (last {period_s / 3600:g} h)",
         )
     except RPCError as e:
         kind = FailureKind.TEMPORAL_UNREACHABLE if e.status is RPCStatusCode.UNAVAILABLE else FailureKind.CONFIGURATION

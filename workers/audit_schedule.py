@@ -28,13 +28,12 @@ from temporalio.client import (
     ScheduleUpdate,
     ScheduleUpdateInput,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.audit import AuditActivities
+from activities.temporal.rebound_workflows import audit_schedule_action
 from workers.settings import Settings
-from workflows.audit import AuditWorkflow
-from workflows.constants import CLUSTER, audit_schedule_id
+from workflows.constants import audit_schedule_id
 from workflows.domain.audit import AuditInput
 from workflows.domain.errors import FailureKind, ReboundError
 
@@ -75,14 +74,11 @@ def desired_audit_schedule(settings: Settings) -> Schedule:
     """
     interval = timedelta(seconds=settings.audit.interval_s)
     return Schedule(
-        action=ScheduleActionStartWorkflow(
-            AuditWorkflow.run,
+        action=audit_schedule_action(
             AuditInput(cluster=settings.cluster_name, period_s=settings.audit.effective_period_s),
-            id=audit_schedule_id(settings.cluster_name),
+            schedule_id=audit_schedule_id(settings.cluster_name),
             task_queue=settings.temporal.task_queue,
             execution_timeout=AUDIT_EXECUTION_TIMEOUT,
-            typed_search_attributes=TypedSearchAttributes([SearchAttributePair(CLUSTER, settings.cluster_name)]),
-            static_summary=f"Rebound: scheduled audit of {settings.cluster_name}",
         ),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP, catchup_window=max(interval, timedelta(minutes=1))),

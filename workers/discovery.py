@@ -26,13 +26,11 @@ from typing import Any
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
 from activities.discovery import DiscoveryActivities
 from activities.slurm.snapshots import SnapshotCache
+from activities.temporal import rebound_workflows
 from workers.settings import Settings
-from workflows.cluster_watch import ClusterWatchWorkflow
-from workflows.constants import CLUSTER, cluster_watch_workflow_id
 from workflows.domain.discovery import ClusterWatchInput
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.policy.optin import JobSelector
@@ -101,19 +99,13 @@ def build_discovery_activities(
     return [acts.discover_jobs, acts.start_job_recovery]
 
 
-async def start_cluster_watch(client: Client, settings: Settings) -> WorkflowHandle[ClusterWatchWorkflow, None]:
+async def start_cluster_watch(client: Client, settings: Settings) -> WorkflowHandle[Any, Any]:
     """Start the cluster's ClusterWatch workflow, or attach to the one already running (every worker calls this).
 
     A running ClusterWatch keeps its own input; a closed one (terminated by an operator, say) is started anew.
     """
-    handle = await client.start_workflow(
-        ClusterWatchWorkflow.run,
-        ClusterWatchInput(cluster=settings.cluster_name),
-        id=cluster_watch_workflow_id(settings.cluster_name),
-        task_queue=settings.temporal.task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=TypedSearchAttributes([SearchAttributePair(CLUSTER, settings.cluster_name)]),
-        static_summary=f"Rebound: discover opted-in jobs on {settings.cluster_name} and start their recovery",
+    handle = await rebound_workflows.start_cluster_watch(
+        client, ClusterWatchInput(cluster=settings.cluster_name), task_queue=settings.temporal.task_queue
     )
     log.info("ClusterWatch %s running (run %s)", handle.id, handle.result_run_id)
     return handle

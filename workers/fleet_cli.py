@@ -10,22 +10,16 @@ import argparse
 import getpass
 import os
 import sys
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.temporal import rebound_workflows
 from workers.settings import Settings
-from workflows.constants import (
-    ANSWER_APPROVAL_UPDATE,
-    RESET_BREAKER_UPDATE,
-    SET_MODE_UPDATE,
-    STATUS_QUERY,
-    fleet_workflow_id,
-)
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.fleet import (
-    Approval,
     ApprovalAnswer,
     ApprovalOutcome,
     BreakerStatus,
@@ -39,6 +33,7 @@ __all__ = ["EXIT_REFUSED", "add_fleet_parsers", "fleet_status", "reset_breaker",
 #: The Fleet refused the request (not an operator, unknown or already decided approval).
 EXIT_REFUSED = 5
 _COMMANDS = ("approve", "reject", "mode", "breaker", "nodes")
+_T = TypeVar("_T")
 
 
 def add_fleet_parsers(sub: Any) -> None:
@@ -85,13 +80,15 @@ async def run_fleet_command(settings: Settings, args: argparse.Namespace) -> int
                 approve=args.command == "approve",
                 note=args.note,
             )
-            approval = await _update(client, settings, ANSWER_APPROVAL_UPDATE, answer, Approval)
+            approval = await _refused_or(
+                rebound_workflows.answer_approval(client, settings.cluster_name, answer), settings
+            )
             print(f"{approval.id}: {approval.outcome.value} by {approval.decided_by} ({approval.kind.value} "
                   f"{', '.join(approval.nodes) or 'job ' + str(approval.request.job_id)})")  # fmt: skip
             return 0
         if args.command == "mode" and args.mode:
             change = ModeChange(mode=FleetMode(args.mode), canary_partition=args.partition, operator=_operator(args))
-            st = await _update(client, settings, SET_MODE_UPDATE, change, FleetStatus)
+            st = await _refused_or(rebound_workflows.set_mode(client, settings.cluster_name, change), settings)
             print(_mode_line(st))
             return 0
         if args.command == "breaker" and args.action == "reset":
@@ -119,24 +116,21 @@ class _Refused(Exception):
 
 async def fleet_status(client: Client, settings: Settings) -> FleetStatus:
     """The Fleet's ``status`` query."""
-    handle = client.get_workflow_handle(fleet_workflow_id(settings.cluster_name))
     try:
-        status: FleetStatus = await handle.query(STATUS_QUERY, result_type=FleetStatus)
+        return await rebound_workflows.query_fleet_status(client, settings.cluster_name)
     except RPCError as e:
         raise _not_running(settings, e) from e
-    return status
 
 
 async def reset_breaker(client: Client, settings: Settings, operator: str) -> BreakerStatus:
     """Reset the Fleet's drain breaker as ``operator`` (tests and the benchmark use it between runs)."""
-    status: BreakerStatus = await _update(client, settings, RESET_BREAKER_UPDATE, operator, BreakerStatus)
-    return status
+    return await _refused_or(rebound_workflows.reset_breaker(client, settings.cluster_name, operator), settings)
 
 
-async def _update(client: Client, settings: Settings, name: str, arg: Any, result_type: type[Any]) -> Any:
-    handle = client.get_workflow_handle(fleet_workflow_id(settings.cluster_name))
+async def _refused_or(update: Awaitable[_T], settings: Settings) -> _T:
+    """The Fleet update's answer; its validator's refusal as ``_Refused``, an absent Fleet as ``ReboundError``."""
     try:
-        return await handle.execute_update(name, arg, result_type=result_type)
+        return await update
     except WorkflowUpdateFailedError as e:
         raise _Refused(str(e.cause.message if hasattr(e.cause, "message") else e.cause)) from e
     except RPCError as e:

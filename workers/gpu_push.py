@@ -16,7 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.gpu.port import GpuSource
 from activities.slurm.port import SchedulerReads
-from workflows.constants import GPU_FAULT_REPORTED_SIGNAL, job_workflow_id
+from activities.temporal.rebound_workflows import report_gpu_fault
 from workflows.domain.errors import ReboundError
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.slurm import JobState, SlurmJob
@@ -73,9 +73,8 @@ async def _push(event: GpuEvent, scheduler: SchedulerReads, client: Client, clus
         log.warning("cannot list jobs to report %s on %s: %s", event.kind.value, node, e)
         return
     for job in jobs:
-        handle = client.get_workflow_handle(job_workflow_id(cluster, job.job_id))
         try:
-            await handle.signal(GPU_FAULT_REPORTED_SIGNAL, event)
+            await report_gpu_fault(client, cluster, job.job_id, event)
             log.warning("reported %s (gpu %s xid %s) to job %s", event.kind.value, event.index, event.xid, job.job_id)
         except RPCError as e:
             if e.status is not RPCStatusCode.NOT_FOUND:

@@ -19,8 +19,9 @@ from typing import Any
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.temporal.rebound_workflows import pause_job, query_job_status, resume_job
 from workers.settings import Settings
-from workflows.constants import JOB_RECOVERY_WORKFLOW, PAUSE_UPDATE, RESUME_UPDATE, STATUS_QUERY, job_workflow_id
+from workflows.constants import JOB_RECOVERY_WORKFLOW
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.incident import Incident
 from workflows.domain.recovery import JobRecoveryStatus, PauseRequest
@@ -66,13 +67,9 @@ async def run_incident_command(settings: Settings, args: argparse.Namespace) -> 
     client = await connect(settings.temporal)
     if args.command in ("pause", "resume"):
         operator = args.operator or os.environ.get("REBOUND_OPERATOR") or getpass.getuser()
-        handle = client.get_workflow_handle(job_workflow_id(settings.cluster_name, args.job_id))
+        send = pause_job if args.command == "pause" else resume_job
         try:
-            st = await handle.execute_update(
-                PAUSE_UPDATE if args.command == "pause" else RESUME_UPDATE,
-                PauseRequest(operator=operator, note=args.note),
-                result_type=JobRecoveryStatus,
-            )
+            st = await send(client, settings.cluster_name, args.job_id, PauseRequest(operator=operator, note=args.note))
         except WorkflowUpdateFailedError as e:
             print(f"rebound: refused: {e.cause}", file=sys.stderr)
             return 5
@@ -104,10 +101,7 @@ async def collect_incidents(
     async def status(wf_id: str) -> JobRecoveryStatus | None:
         async with gate:
             try:
-                return await asyncio.wait_for(
-                    client.get_workflow_handle(wf_id).query(STATUS_QUERY, result_type=JobRecoveryStatus),
-                    timeout=settings.temporal.query_timeout_s,
-                )
+                return await query_job_status(client, wf_id, timeout_s=settings.temporal.query_timeout_s)
             except Exception:  # noqa: BLE001 - one unreadable workflow (no worker, gone) must not hide the others
                 return None
 

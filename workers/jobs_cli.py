@@ -2,52 +2,37 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 
 from temporalio.client import Client
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.temporal.rebound_workflows import query_job_status, start_job_recovery
 from workers.cli import EXIT_NOT_FOUND, EXIT_OK, print_json
 from workers.client import connect
 from workers.settings import Settings
-from workflows.constants import CLUSTER, JOB_ID, JOB_RECOVERY_WORKFLOW, RECOVERY_STATE, job_workflow_id
+from workflows.constants import JOB_ID, JOB_RECOVERY_WORKFLOW, RECOVERY_STATE, job_workflow_id
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.recovery import JobRecoveryInput, JobRecoveryStatus
-from workflows.job_recovery import JobRecoveryWorkflow
 
 
 async def watch(settings: Settings, job_id: int, poll_interval_s: float) -> int:
     """Start the job's JobRecovery workflow; starting it again is a no-op (the id is the business key)."""
     client = await connect(settings.temporal)
-    wf_id = job_workflow_id(settings.cluster_name, job_id)
     # Validate on the client: a payload that fails to decode would wedge the workflow task, not fail it.
     inp = JobRecoveryInput(
         cluster=settings.cluster_name, job_id=job_id, poll_interval_s=poll_interval_s, detection=settings.detection
     )
-    handle = await client.start_workflow(
-        JobRecoveryWorkflow.run,
-        inp,
-        id=wf_id,
-        task_queue=settings.temporal.task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=TypedSearchAttributes(
-            [SearchAttributePair(JOB_ID, str(job_id)), SearchAttributePair(CLUSTER, settings.cluster_name)]
-        ),
-        static_summary=f"Rebound: keep Slurm job {job_id} on {settings.cluster_name} making progress",
-    )
+    handle = await start_job_recovery(client, inp, task_queue=settings.temporal.task_queue)
     print(f"monitoring job {job_id}: workflow {handle.id} (run {handle.result_run_id})")
     return EXIT_OK
 
 
 async def query_status(client: Client, settings: Settings, job_id: int) -> JobRecoveryStatus:
     """The workflow's ``status`` query, with a client-side timeout (a query with no live worker hangs)."""
-    handle = client.get_workflow_handle(job_workflow_id(settings.cluster_name, job_id))
+    wf_id = job_workflow_id(settings.cluster_name, job_id)
     try:
-        return await asyncio.wait_for(
-            handle.query(JobRecoveryWorkflow.status), timeout=settings.temporal.query_timeout_s
-        )
+        return await query_job_status(client, wf_id, timeout_s=settings.temporal.query_timeout_s)
     except RPCError as e:
         if e.status is RPCStatusCode.NOT_FOUND:
             raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {job_id} is not monitored by Rebound") from e

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import uuid
-
+from activities.temporal.rebound_workflows import read_node_gpu_health
 from workers.cli import EXIT_FAIL, EXIT_OK, print_json
 from workers.client import connect
 from workers.settings import Settings
-from workflows.domain.gpu import NodeGpuHealthInput, NodeGpuHealthResult
-from workflows.node_gpu_health import NodeGpuHealthWorkflow
+from workflows.domain.gpu import NodeGpuHealthResult
 
 
 async def read_node_gpus(settings: Settings, node: str) -> NodeGpuHealthResult:
     """Run one NodeGpuHealth workflow and wait for it (about a second when the agent is up)."""
     client = await connect(settings.temporal)
-    return await client.execute_workflow(
-        NodeGpuHealthWorkflow.run,
-        NodeGpuHealthInput(node=node),
-        id=f"rebound/{settings.cluster_name}/gpu-health/{node}/{uuid.uuid4().hex[:8]}",
-        task_queue=settings.temporal.task_queue,
-        static_summary=f"GPU health read of node {node}",
-    )
+    return await read_node_gpu_health(client, settings.cluster_name, node, task_queue=settings.temporal.task_queue)
 
 
 async def gpus(settings: Settings, node: str, *, as_json: bool) -> int:

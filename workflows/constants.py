@@ -57,6 +57,7 @@ __all__ = [
     "isolation_request_id",
     "job_drain_prefix",
     "job_workflow_id",
+    "node_gpu_health_workflow_id",
     "node_task_queue",
 ]
 
@@ -116,6 +117,11 @@ def cluster_watch_workflow_id(cluster: str) -> str:
 def fleet_workflow_id(cluster: str) -> str:
     """Business key of the cluster's ``Fleet`` workflow: the single writer of node quarantine."""
     return f"rebound/{cluster}/fleet"
+
+
+def node_gpu_health_workflow_id(cluster: str, node: str, nonce: str) -> str:
+    """One on-demand ``NodeGpuHealth`` read of ``node`` (``rebound gpus NODE``): each read is its own run."""
+    return f"rebound/{cluster}/gpu-health/{node}/{nonce}"
 
 
 def audit_schedule_id(cluster: str) -> str:

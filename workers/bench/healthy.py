@@ -40,9 +40,9 @@ async def run_healthy(ctx: _Ctx, minutes: float) -> dict[str, Any]:
     """Train a healthy job for ``minutes`` under Rebound's watch; return what Rebound recorded about it."""
     from temporalio.service import RPCError
 
+    from activities.temporal.rebound_workflows import terminate_job_recovery
     from deploy.demo.submit import submit_demo
     from deploy.local.processes import LabError
-    from workflows.constants import job_workflow_id
 
     layout = ctx.lab.cfg.layout
     run = f"bench-healthy-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -63,9 +63,10 @@ async def run_healthy(ctx: _Ctx, minutes: float) -> dict[str, Any]:
             await asyncio.sleep(5)
         status = await _status(ctx, job_id)
     finally:
-        handle = ctx.client.get_workflow_handle(job_workflow_id(ctx.settings.cluster_name, job_id))
         with contextlib.suppress(RPCError):  # already closed
-            await handle.terminate(reason="rebound bench healthy: run measured")
+            await terminate_job_recovery(
+                ctx.client, ctx.settings.cluster_name, job_id, "rebound bench healthy: run measured"
+            )
         with contextlib.suppress(LabError):
             _slurm(ctx, "scancel", str(job_id))
     logs = layout.run_dir(run) / "logs"

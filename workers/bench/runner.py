@@ -213,13 +213,12 @@ async def _cleanup(ctx: _Ctx, job_id: int | None, scenario: Scenario, record: In
     fault broke (the GPU state), and leave every node idle."""
     from temporalio.service import RPCError
 
+    from activities.temporal.rebound_workflows import terminate_job_recovery
     from deploy.local.processes import LabError
-    from workflows.constants import job_workflow_id
 
     if job_id is not None:
-        handle = ctx.client.get_workflow_handle(job_workflow_id(ctx.settings.cluster_name, job_id))
         with contextlib.suppress(RPCError):  # already closed: user-bug ends GAVE_UP
-            await handle.terminate(reason="rebound bench: run measured")
+            await terminate_job_recovery(ctx.client, ctx.settings.cluster_name, job_id, "rebound bench: run measured")
         try:
             _slurm(ctx, "scancel", str(job_id))
         except LabError as e:

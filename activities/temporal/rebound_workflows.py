@@ -1,0 +1,280 @@
+"""The Temporal side of Rebound: start Rebound's workflows and send them messages, in one place.
+
+Everything outside the workflows that starts a JobRecovery, Fleet, ClusterWatch or Audit, or signals, updates or
+queries one (the CLI, discovery, the Fleet request activity, the audit, the GPU push, the lab and the benchmarks)
+goes through these typed functions, so workflow types, message names, ids, search attributes and summaries agree
+by construction (the names themselves are in ``workflows.constants``). Workflows are reached by their type name,
+never by their class: activities do not import workflow code (STYLE.md section 9.11).
+
+Starts use the business-key id with ``USE_EXISTING``: starting twice, from two workers or after a retry, attaches
+to the running workflow. Errors are Temporal's own (``RPCError``, ``WorkflowUpdateFailedError``, and
+``TimeoutError`` where a query has a deadline): what they mean differs per caller (a CLI exit code, a retried
+activity, an audit row), so each caller translates them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client, ScheduleActionStartWorkflow, WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+
+from workflows.constants import (
+    ANSWER_APPROVAL_UPDATE,
+    AUDIT_WORKFLOW,
+    CLUSTER,
+    CLUSTER_WATCH_WORKFLOW,
+    FLEET_WORKFLOW,
+    GPU_FAULT_REPORTED_SIGNAL,
+    JOB_ID,
+    JOB_RECOVERY_WORKFLOW,
+    NODE_GPU_HEALTH_WORKFLOW,
+    PAUSE_UPDATE,
+    REQUEST_ISOLATION_SIGNAL,
+    RESET_BREAKER_UPDATE,
+    RESUME_UPDATE,
+    SET_MODE_UPDATE,
+    STATUS_QUERY,
+    cluster_watch_workflow_id,
+    fleet_workflow_id,
+    job_workflow_id,
+    node_gpu_health_workflow_id,
+)
+from workflows.domain.audit import AuditInput, AuditResult
+from workflows.domain.discovery import ClusterWatchInput
+from workflows.domain.fleet import (
+    Approval,
+    ApprovalAnswer,
+    BreakerStatus,
+    FleetInput,
+    FleetStatus,
+    IsolationRequest,
+    ModeChange,
+)
+from workflows.domain.gpu import GpuEvent, NodeGpuHealthInput, NodeGpuHealthResult
+from workflows.domain.recovery import JobRecoveryInput, JobRecoveryStatus, PauseRequest
+
+__all__ = [
+    "answer_approval",
+    "audit_schedule_action",
+    "pause_job",
+    "query_fleet_status",
+    "query_job_status",
+    "read_node_gpu_health",
+    "report_gpu_fault",
+    "reset_breaker",
+    "resume_job",
+    "set_mode",
+    "signal_fleet_request",
+    "start_audit",
+    "start_cluster_watch",
+    "start_fleet",
+    "start_job_recovery",
+    "terminate_job_recovery",
+]
+
+
+def _cluster_attributes(cluster: str, *extra: SearchAttributePair[Any]) -> TypedSearchAttributes:
+    return TypedSearchAttributes([*extra, SearchAttributePair(CLUSTER, cluster)])
+
+
+# ----- starts ------------------------------------------------------------------------------------------------------
+
+
+async def start_job_recovery(
+    client: Client, inp: JobRecoveryInput, *, task_queue: str, opted_in: bool = False
+) -> WorkflowHandle[Any, Any]:
+    """Start the job's JobRecovery, or attach to the one already running.
+
+    Args:
+        client: A client with the pydantic data converter.
+        inp: Built and validated by the caller: a payload that fails to decode would wedge the workflow task.
+        task_queue: The central worker's queue.
+        opted_in: Started by discovery (the job opted in), not by an operator's ``rebound watch``; shown in the UI.
+    """
+    how = " (opted in)" if opted_in else ""
+    return await client.start_workflow(
+        JOB_RECOVERY_WORKFLOW,
+        inp,
+        id=job_workflow_id(inp.cluster, inp.job_id),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=_cluster_attributes(inp.cluster, SearchAttributePair(JOB_ID, str(inp.job_id))),
+        static_summary=f"Rebound: keep Slurm job {inp.job_id} on {inp.cluster} making progress{how}",
+    )
+
+
+async def start_cluster_watch(client: Client, inp: ClusterWatchInput, *, task_queue: str) -> WorkflowHandle[Any, Any]:
+    """Start the cluster's ClusterWatch, or attach to the running one (which keeps its own input)."""
+    return await client.start_workflow(
+        CLUSTER_WATCH_WORKFLOW,
+        inp,
+        id=cluster_watch_workflow_id(inp.cluster),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=_cluster_attributes(inp.cluster),
+        static_summary=f"Rebound: discover opted-in jobs on {inp.cluster} and start their recovery",
+    )
+
+
+def _fleet_summary(cluster: str) -> str:
+    return f"Rebound Fleet of {cluster}: node quarantine, breaker, approvals"
+
+
+async def start_fleet(client: Client, inp: FleetInput, *, task_queue: str) -> WorkflowHandle[Any, Any]:
+    """Start the cluster's Fleet, or attach to the running one (which keeps its state: mode, breaker, approvals)."""
+    return await client.start_workflow(
+        FLEET_WORKFLOW,
+        inp,
+        id=fleet_workflow_id(inp.cluster),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=_cluster_attributes(inp.cluster),
+        static_summary=_fleet_summary(inp.cluster),
+    )
+
+
+async def signal_fleet_request(client: Client, inp: FleetInput, req: IsolationRequest, *, task_queue: str) -> str:
+    """Deliver ``req`` to the cluster's Fleet, starting it with ``inp`` first if it is not running
+    (signal-with-start); returns the Fleet's workflow id."""
+    handle = await client.start_workflow(
+        FLEET_WORKFLOW,
+        inp,
+        id=fleet_workflow_id(inp.cluster),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        start_signal=REQUEST_ISOLATION_SIGNAL,
+        start_signal_args=[req],
+        search_attributes=_cluster_attributes(inp.cluster),
+        static_summary=_fleet_summary(inp.cluster),
+    )
+    return handle.id
+
+
+async def start_audit(
+    client: Client, inp: AuditInput, *, workflow_id: str, task_queue: str
+) -> WorkflowHandle[Any, AuditResult]:
+    """Start an on-demand Audit under ``workflow_id`` (``audit_ondemand_workflow_id``); two with one id share a run."""
+    span = f"last {inp.period_s / 3600:g} h" if inp.period_s is not None else f"since {inp.since}"
+    return await client.start_workflow(
+        AUDIT_WORKFLOW,
+        inp,
+        id=workflow_id,
+        task_queue=task_queue,
+        result_type=AuditResult,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=_cluster_attributes(inp.cluster),
+        static_summary=f"Rebound: on-demand audit of {inp.cluster} ({span})",
+    )
+
+
+def audit_schedule_action(
+    inp: AuditInput, *, schedule_id: str, task_queue: str, execution_timeout: timedelta
+) -> ScheduleActionStartWorkflow:
+    """What the cluster's audit Schedule starts: an Audit over ``inp`` (its runs are ``<schedule_id>-<time>``)."""
+    return ScheduleActionStartWorkflow(
+        AUDIT_WORKFLOW,
+        inp,
+        id=schedule_id,
+        task_queue=task_queue,
+        execution_timeout=execution_timeout,
+        typed_search_attributes=_cluster_attributes(inp.cluster),
+        static_summary=f"Rebound: scheduled audit of {inp.cluster}",
+    )
+
+
+async def read_node_gpu_health(client: Client, cluster: str, node: str, *, task_queue: str) -> NodeGpuHealthResult:
+    """Run one NodeGpuHealth read of ``node`` through its agent and wait for it (about a second when it is up)."""
+    result: NodeGpuHealthResult = await client.execute_workflow(
+        NODE_GPU_HEALTH_WORKFLOW,
+        NodeGpuHealthInput(node=node),
+        id=node_gpu_health_workflow_id(cluster, node, uuid.uuid4().hex[:8]),
+        task_queue=task_queue,
+        result_type=NodeGpuHealthResult,
+        static_summary=f"GPU health read of node {node}",
+    )
+    return result
+
+
+# ----- JobRecovery messages --------------------------------------------------------------------------------------
+
+
+async def query_job_status(
+    client: Client, workflow_id: str, *, timeout_s: float, run_id: str | None = None
+) -> JobRecoveryStatus:
+    """A JobRecovery's ``status`` (``workflow_id`` is ``job_workflow_id``; a listing gives it with its run).
+
+    Raises:
+        TimeoutError: no answer within ``timeout_s`` (a query with no live worker waits for one).
+    """
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+    status: JobRecoveryStatus = await asyncio.wait_for(
+        handle.query(STATUS_QUERY, result_type=JobRecoveryStatus), timeout=timeout_s
+    )
+    return status
+
+
+async def report_gpu_fault(client: Client, cluster: str, job_id: int, event: GpuEvent) -> None:
+    """Tell job ``job_id``'s JobRecovery that a node agent saw ``event`` on one of its nodes."""
+    await client.get_workflow_handle(job_workflow_id(cluster, job_id)).signal(GPU_FAULT_REPORTED_SIGNAL, event)
+
+
+async def _job_update(client: Client, cluster: str, job_id: int, update: str, req: PauseRequest) -> JobRecoveryStatus:
+    handle = client.get_workflow_handle(job_workflow_id(cluster, job_id))
+    status: JobRecoveryStatus = await handle.execute_update(update, req, result_type=JobRecoveryStatus)
+    return status
+
+
+async def pause_job(client: Client, cluster: str, job_id: int, req: PauseRequest) -> JobRecoveryStatus:
+    """Pause monitoring of job ``job_id``: no watch, no action until resumed."""
+    return await _job_update(client, cluster, job_id, PAUSE_UPDATE, req)
+
+
+async def resume_job(client: Client, cluster: str, job_id: int, req: PauseRequest) -> JobRecoveryStatus:
+    """Resume monitoring of job ``job_id`` after a pause."""
+    return await _job_update(client, cluster, job_id, RESUME_UPDATE, req)
+
+
+async def terminate_job_recovery(client: Client, cluster: str, job_id: int, reason: str) -> None:
+    """End job ``job_id``'s JobRecovery now (the lab's benchmarks, once a run is measured)."""
+    await client.get_workflow_handle(job_workflow_id(cluster, job_id)).terminate(reason=reason)
+
+
+# ----- Fleet messages --------------------------------------------------------------------------------------------
+
+
+async def query_fleet_status(client: Client, cluster: str, *, timeout_s: float | None = None) -> FleetStatus:
+    """The cluster's Fleet ``status``.
+
+    Raises:
+        TimeoutError: no answer within ``timeout_s`` (when given).
+    """
+    query = client.get_workflow_handle(fleet_workflow_id(cluster)).query(STATUS_QUERY, result_type=FleetStatus)
+    status: FleetStatus = await asyncio.wait_for(query, timeout=timeout_s)
+    return status
+
+
+async def _fleet_update(client: Client, cluster: str, update: str, arg: Any, result_type: type[Any]) -> Any:
+    handle = client.get_workflow_handle(fleet_workflow_id(cluster))
+    return await handle.execute_update(update, arg, result_type=result_type)
+
+
+async def answer_approval(client: Client, cluster: str, answer: ApprovalAnswer) -> Approval:
+    """An operator approves or rejects a pending action; the Fleet's validator refuses a non-operator."""
+    approval: Approval = await _fleet_update(client, cluster, ANSWER_APPROVAL_UPDATE, answer, Approval)
+    return approval
+
+
+async def set_mode(client: Client, cluster: str, change: ModeChange) -> FleetStatus:
+    """Switch the Fleet between observe, canary and act."""
+    status: FleetStatus = await _fleet_update(client, cluster, SET_MODE_UPDATE, change, FleetStatus)
+    return status
+
+
+async def reset_breaker(client: Client, cluster: str, operator: str) -> BreakerStatus:
+    """Reset the Fleet's drain breaker as ``operator``: earlier drains no longer count toward the cap."""
+    breaker: BreakerStatus = await _fleet_update(client, cluster, RESET_BREAKER_UPDATE, operator, BreakerStatus)
+    return breaker
