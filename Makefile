@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TEST_STATE := $(CURDIR)/.rebound-lab-test
 
-.PHONY: install demo up down status test lint typecheck unit e2e clean
+.PHONY: install demo up down status test lint typecheck unit e2e record-histories clean
 
 # System packages (Slurm, munge, gcc) + a virtualenv with Rebound and its dev/demo extras.
 $(STAMP): pyproject.toml
@@ -47,6 +47,18 @@ unit: install
 
 e2e: install
 	$(BIN)/pytest -q -m lab
+
+## Re-record the workflow histories the replay tests check (tests/replay/histories/), from the e2e scenarios on a
+## real test lab (one lab per host: waits on LAB_LOCK). See docs/adr/012-replay-and-workflow-versioning.md.
+LAB_LOCK  ?= /tmp/rebound-lab.lock
+HISTORIES := $(CURDIR)/tests/replay/histories
+RECORDED  := tests/e2e/test_cluster_watch.py tests/e2e/test_detection_scenarios.py tests/e2e/test_fleet.py \
+             tests/e2e/test_recovery_scenarios.py
+record-histories: install
+	flock $(LAB_LOCK) env PYTHONPATH=$(CURDIR) REBOUND_RECORD_HISTORIES=$(HISTORIES) \
+		$(BIN)/pytest -q -p no:cacheprovider -m lab $(RECORDED); \
+	status=$$?; flock $(LAB_LOCK) env PYTHONPATH=$(CURDIR) REBOUND_LAB_STATE_DIR=$(TEST_STATE) \
+		$(BIN)/python -m workers.cli lab down; exit $$status
 
 clean: down
 	rm -rf .rebound-lab .rebound-lab-test .mypy_cache .ruff_cache .pytest_cache
