@@ -14,6 +14,7 @@ docs/adr/012-replay-and-workflow-versioning.md for the histories kept across a p
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -31,6 +32,8 @@ from workflows.constants import cluster_watch_workflow_id, fleet_workflow_id
 
 ENV_VAR = "REBOUND_RECORD_HISTORIES"
 MANIFEST = "manifest.json"
+#: Where ``make record-histories`` writes (the replay tests read it); excluded from the "dirty" check.
+HISTORIES_IN_REPO = "tests/replay/histories"
 #: Above this a history makes the replay tests slow and the diff unreadable: record a shorter scenario instead.
 MAX_HISTORY_BYTES = 1_000_000
 
@@ -47,13 +50,14 @@ class Scenario:
     workflow_types: tuple[str, ...]
 
 
-#: e2e test -> what it records. The session runs only these tests while recording.
+#: e2e test -> what it records. The session runs only these tests while recording. The ClusterWatch is taken twice:
+#: after its first job (opt-in, the first test) and after the last scenario (every job found and gone).
 SCENARIOS: dict[str, Scenario] = {
     "test_comment_opts_a_job_in_and_only_that_job": Scenario("opt-in", (CLUSTER_WATCH, JOB_RECOVERY)),
     "test_rank_crash_drains_its_node_and_resumes_elsewhere": Scenario("rank-crash", (JOB_RECOVERY,)),
     "test_node_crash_drains_the_dead_node_and_resumes_elsewhere": Scenario("node-crash", (JOB_RECOVERY,)),
     "test_xid_79_drains_the_gpus_node_and_resumes_elsewhere": Scenario("xid-79", (JOB_RECOVERY,)),
-    "test_user_bug_gives_up_without_draining_anything": Scenario("user-bug", (JOB_RECOVERY,)),
+    "test_user_bug_gives_up_without_draining_anything": Scenario("user-bug", (JOB_RECOVERY, CLUSTER_WATCH)),
     "test_hung_rank_is_detected_within_its_window_dumped_and_restarted": Scenario("hang", (JOB_RECOVERY,)),
     "test_slowed_rank_is_reported_within_ten_steps_and_left_alone": Scenario("straggler", (JOB_RECOVERY,)),
     "test_two_jobs_sharing_a_bad_node_drain_it_once_and_both_restart_elsewhere": Scenario(
@@ -77,6 +81,7 @@ def is_recorded(test_name: str) -> bool:
 
 async def start_fresh_cluster_watch(handle: LabHandle) -> None:
     """End the running ClusterWatch and start it again as the worker does, so its history is this code's."""
+    _code_commit()  # the tree as the worker started it
     settings = lab_rebound_settings(handle)
     client = await connect(settings.temporal)
     with contextlib.suppress(RPCError):
@@ -165,13 +170,17 @@ def _update_manifest(out_dir: Path, scenario: str, rows: list[dict[str, object]]
     path.write_text(json.dumps(merged, indent=2) + "\n")
 
 
+@functools.cache
 def _code_commit() -> str:
-    """The commit the worker ran (with ``-dirty`` when the tree had uncommitted changes)."""
-    done = subprocess.run(
-        ["git", "describe", "--always", "--dirty", "--abbrev=12"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return done.stdout.strip() or "unknown"
+    """The commit the lab's worker runs, ``-dirty`` when tracked code differed from it (the histories aside).
+
+    Taken once, when the session starts recording: re-recorded histories modify tracked files as the session goes.
+    """
+    head = _git("rev-parse", "--short=12", "HEAD") or "unknown"
+    changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", f":(exclude){HISTORIES_IN_REPO}")
+    return f"{head}-dirty" if changed else head
+
+
+def _git(*argv: str) -> str:
+    done = subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True, check=False)
+    return done.stdout.strip()
