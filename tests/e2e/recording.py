@@ -28,7 +28,13 @@ from temporalio.service import RPCError
 from tests.lab_support import REPO, LabHandle, lab_rebound_settings
 from workers.client import connect
 from workers.discovery import start_cluster_watch
-from workflows.constants import cluster_watch_workflow_id, fleet_workflow_id
+from workflows.constants import (
+    CLUSTER_WATCH_WORKFLOW,
+    FLEET_WORKFLOW,
+    JOB_RECOVERY_WORKFLOW,
+    cluster_watch_workflow_id,
+    fleet_workflow_id,
+)
 
 ENV_VAR = "REBOUND_RECORD_HISTORIES"
 MANIFEST = "manifest.json"
@@ -36,10 +42,6 @@ MANIFEST = "manifest.json"
 HISTORIES_IN_REPO = "tests/replay/histories"
 #: Above this a history makes the replay tests slow and the diff unreadable: record a shorter scenario instead.
 MAX_HISTORY_BYTES = 1_000_000
-
-JOB_RECOVERY = "JobRecovery"
-FLEET = "Fleet"
-CLUSTER_WATCH = "ClusterWatch"
 
 
 @dataclass(frozen=True)
@@ -53,18 +55,20 @@ class Scenario:
 #: e2e test -> what it records. The session runs only these tests while recording. The ClusterWatch is taken twice:
 #: after its first job (opt-in, the first test) and after the last scenario (every job found and gone).
 SCENARIOS: dict[str, Scenario] = {
-    "test_comment_opts_a_job_in_and_only_that_job": Scenario("opt-in", (CLUSTER_WATCH, JOB_RECOVERY)),
-    "test_rank_crash_drains_its_node_and_resumes_elsewhere": Scenario("rank-crash", (JOB_RECOVERY,)),
-    "test_node_crash_drains_the_dead_node_and_resumes_elsewhere": Scenario("node-crash", (JOB_RECOVERY,)),
-    "test_xid_79_drains_the_gpus_node_and_resumes_elsewhere": Scenario("xid-79", (JOB_RECOVERY,)),
-    "test_user_bug_gives_up_without_draining_anything": Scenario("user-bug", (JOB_RECOVERY, CLUSTER_WATCH)),
-    "test_hung_rank_is_detected_within_its_window_dumped_and_restarted": Scenario("hang", (JOB_RECOVERY,)),
-    "test_slowed_rank_is_reported_within_ten_steps_and_left_alone": Scenario("straggler", (JOB_RECOVERY,)),
+    "test_comment_opts_a_job_in_and_only_that_job": Scenario("opt-in", (CLUSTER_WATCH_WORKFLOW, JOB_RECOVERY_WORKFLOW)),
+    "test_rank_crash_drains_its_node_and_resumes_elsewhere": Scenario("rank-crash", (JOB_RECOVERY_WORKFLOW,)),
+    "test_node_crash_drains_the_dead_node_and_resumes_elsewhere": Scenario("node-crash", (JOB_RECOVERY_WORKFLOW,)),
+    "test_xid_79_drains_the_gpus_node_and_resumes_elsewhere": Scenario("xid-79", (JOB_RECOVERY_WORKFLOW,)),
+    "test_user_bug_gives_up_without_draining_anything": Scenario(
+        "user-bug", (JOB_RECOVERY_WORKFLOW, CLUSTER_WATCH_WORKFLOW)
+    ),
+    "test_hung_rank_is_detected_within_its_window_dumped_and_restarted": Scenario("hang", (JOB_RECOVERY_WORKFLOW,)),
+    "test_slowed_rank_is_reported_within_ten_steps_and_left_alone": Scenario("straggler", (JOB_RECOVERY_WORKFLOW,)),
     "test_two_jobs_sharing_a_bad_node_drain_it_once_and_both_restart_elsewhere": Scenario(
-        "shared-node-drain", (JOB_RECOVERY, FLEET)
+        "shared-node-drain", (JOB_RECOVERY_WORKFLOW, FLEET_WORKFLOW)
     ),
     "test_three_nodes_failing_at_once_hold_at_the_cap_and_an_approval_after_a_worker_kill_completes": Scenario(
-        "breaker-approval", (JOB_RECOVERY, FLEET)
+        "breaker-approval", (JOB_RECOVERY_WORKFLOW, FLEET_WORKFLOW)
     ),
 }
 
@@ -98,10 +102,10 @@ async def record_scenario(handle: LabHandle, test_name: str, since: datetime, ou
     client = await connect(settings.temporal)
     histories: list[tuple[str, WorkflowHistory, str]] = []
     for wf_type in scenario.workflow_types:
-        if wf_type == JOB_RECOVERY:
+        if wf_type == JOB_RECOVERY_WORKFLOW:
             histories += await _job_recoveries(client, since)
         else:
-            wf_id = fleet_workflow_id if wf_type == FLEET else cluster_watch_workflow_id
+            wf_id = fleet_workflow_id if wf_type == FLEET_WORKFLOW else cluster_watch_workflow_id
             histories.append((wf_type, *await _latest_run(client, wf_id(settings.cluster_name))))
     return write_histories(out_dir, test_name, histories)
 
@@ -142,13 +146,13 @@ def write_histories(out_dir: Path, test_name: str, histories: list[tuple[str, Wo
 
 async def _job_recoveries(client: Client, since: datetime) -> list[tuple[str, WorkflowHistory, str]]:
     """Every JobRecovery run started since ``since``, oldest first (a continued-as-new run is one more file)."""
-    query = f'WorkflowType = "{JOB_RECOVERY}" AND StartTime >= "{since.isoformat()}"'
+    query = f'WorkflowType = "{JOB_RECOVERY_WORKFLOW}" AND StartTime >= "{since.isoformat()}"'
     runs = [wf async for wf in client.list_workflows(query)]
     runs.sort(key=lambda wf: (wf.start_time, wf.id))
     out = []
     for wf in runs:
         history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
-        out.append((JOB_RECOVERY, history, wf.run_id))
+        out.append((JOB_RECOVERY_WORKFLOW, history, wf.run_id))
     return out
 
 

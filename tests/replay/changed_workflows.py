@@ -11,11 +11,12 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.constants import JOB_RECOVERY_WORKFLOW
     from workflows.domain.recovery import JobRecoveryInput, JobRecoveryResult
     from workflows.job_recovery import JobRecoveryWorkflow
 
 
-@workflow.defn(name="JobRecovery")
+@workflow.defn(name=JOB_RECOVERY_WORKFLOW)
 class JobRecoveryWithAnExtraTimer(JobRecoveryWorkflow):
     """The real workflow, with one unpatched timer in front of it."""
 

@@ -23,6 +23,7 @@ from temporalio.workflow import NondeterminismError
 
 from tests.replay.changed_workflows import JobRecoveryWithAnExtraTimer
 from workers.worker import WORKFLOWS
+from workflows.constants import CLUSTER_WATCH_WORKFLOW, FLEET_WORKFLOW, JOB_RECOVERY_WORKFLOW
 
 HISTORIES = Path(__file__).parent / "histories"
 MANIFEST = "manifest.json"
@@ -56,7 +57,7 @@ GATE_HISTORY = HISTORIES / "rank-crash.JobRecovery.json"
 def test_histories_are_committed() -> None:
     """The gate is only as good as its histories: each long-lived workflow has some."""
     recorded = {_manifest_row(p)["workflow_type"] for p in FILES}
-    assert {"JobRecovery", "Fleet", "ClusterWatch"} <= recorded, recorded
+    assert {JOB_RECOVERY_WORKFLOW, FLEET_WORKFLOW, CLUSTER_WATCH_WORKFLOW} <= recorded, recorded
 
 
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(HISTORIES)) for p in FILES])
