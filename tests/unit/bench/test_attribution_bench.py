@@ -14,17 +14,14 @@ from typing import Any
 import pytest
 
 from workers import cli
-from workers.bench.attribution import (
-    TARGET_ACCURACY,
+from workers.bench.attribution import TARGET_ACCURACY, format_report, run_suite, score
+from workers.bench.attribution_suite import (
     LoadedScenario,
     Scenario,
     SuiteError,
     build_facts,
-    format_report,
     load_scenario,
     load_suite,
-    run_suite,
-    score,
 )
 from workflows.domain.incident import Attribution, FailureClass
 
