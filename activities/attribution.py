@@ -1,25 +1,51 @@
-"""The attribution activity: gathers evidence around an anomaly, then applies the pure rules."""
+"""The attribution activity: gathers evidence around an anomaly, then applies the pure rules.
+
+Its I/O is its own (the settle window's log reads, fresh node states, the corroboration wait); what the logs say
+(``LogEvidence``), the facts (``AttributionFacts.from_findings``) and the verdict (``attribute``) are the functions
+``rebound bench attribution`` and ``rebound diagnose`` call too.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
 from temporalio import activity
 
 from activities.errors import classified_errors
-from activities.logs.crash import scan
+from activities.logs.crash import LineReader, to_findings
+from activities.logs.tail import LogLine
 from activities.slurm.port import SchedulerReads
-from activities.watch import LogPolicy, log_patterns, to_findings, unresponsive
-from workflows.domain.findings import Cause, FindingKind
+from activities.watch import LogPolicy, log_patterns, unresponsive
+from workflows.domain.findings import Cause
 from workflows.domain.incident import Attribution, LogFinding
 from workflows.domain.loop import AttributeInput, AttributeResult
 from workflows.domain.slurm import ClusterSnapshot
-from workflows.policy.attribution import AttributionFacts, attribute, rank_layout
+from workflows.policy.attribution import AttributionFacts, attribute
+
+__all__ = ["AttributionActivities", "LogEvidence"]
 
 #: Attributions that rest on silence alone: worth waiting for the scheduler's word on the nodes.
 _WEAK_CAUSES = frozenset({Cause.RANKS_VANISHED})
+
+
+class LogEvidence:
+    """What the logs said about one failure so far: the findings in reading order, and every rank that wrote.
+
+    Starts from the detector's findings (all it knows of the ranks before the window); ``read`` adds the lines read
+    in the settle window, through one ``LineReader`` (so a traceback split across two reads keeps its context).
+    """
+
+    def __init__(self, findings: Iterable[LogFinding] = ()) -> None:
+        self.findings: list[LogFinding] = list(findings)
+        self.ranks_logging: set[int] = {f.rank for f in self.findings if f.rank is not None}
+        self._reader = LineReader()
+
+    def read(self, lines: Sequence[LogLine]) -> None:
+        self.ranks_logging |= {line.rank for line in lines if line.rank is not None}
+        self.findings += to_findings(self._reader.scan(lines), start_order=len(self.findings))
 
 
 class AttributionActivities:
@@ -32,9 +58,8 @@ class AttributionActivities:
     @activity.defn(name="attribute_failure")
     async def attribute_failure(self, inp: AttributeInput) -> AttributeResult:
         """Collect late log lines for ``settle_s``, read node states, attribute; corroborate weak verdicts."""
-        findings = list(inp.findings)
+        evidence = LogEvidence(inp.findings)
         offsets = dict(inp.offsets)
-        ranks_logging: set[int] = {f.rank for f in findings if f.rank is not None}
         with classified_errors():
             snap = await self._scheduler.snapshot()
         job = snap.job(inp.job_id)
@@ -42,8 +67,7 @@ class AttributionActivities:
         deadline = time.monotonic() + inp.settle_s
         while True:
             lines, offsets = await asyncio.to_thread(tail.read_new, offsets)
-            ranks_logging |= {line.rank for line in lines if line.rank is not None}
-            findings += to_findings(scan(lines), start_order=len(findings))
+            evidence.read(lines)
             activity.heartbeat()
             if time.monotonic() >= deadline:
                 break
@@ -51,7 +75,7 @@ class AttributionActivities:
 
         persistence = _Persistence()
         persistence.see(snap, inp.job_nodes)
-        verdict = self._attribute(inp, persistence, findings, ranks_logging)
+        verdict = self._attribute(inp, persistence, evidence)
         deadline = time.monotonic() + inp.corroborate_s
         while (verdict.cause in _WEAK_CAUSES or persistence.pending) and time.monotonic() < deadline:
             # Only silence points at a node, or a node has just stopped answering: a dead host stays
@@ -61,29 +85,25 @@ class AttributionActivities:
             with classified_errors():
                 snap = await self._scheduler.snapshot()
             persistence.see(snap, inp.job_nodes)
-            verdict = self._attribute(inp, persistence, findings, ranks_logging)
+            verdict = self._attribute(inp, persistence, evidence)
         with classified_errors():
             final = await self._scheduler.get_job(inp.job_id)
         return AttributeResult(
             attribution=verdict,
             offsets=offsets,
-            findings=tuple(findings),
+            findings=tuple(evidence.findings),
             job_state=final.state if final is not None else None,
         )
 
-    def _attribute(
-        self, inp: AttributeInput, persistence: _Persistence, findings: list[LogFinding], ranks_logging: set[int]
-    ) -> Attribution:
-        nodes = inp.job_nodes
+    def _attribute(self, inp: AttributeInput, persistence: _Persistence, evidence: LogEvidence) -> Attribution:
         since = inp.anomaly.observed_at - timedelta(minutes=5)
-        facts = AttributionFacts(
-            job_nodes=nodes,
-            rank_nodes=rank_layout(nodes, inp.task_count, findings),
-            findings=findings,
+        facts = AttributionFacts.from_findings(
+            inp.job_nodes,
+            inp.task_count,
+            evidence.findings,
+            ranks_logging=evidence.ranks_logging,
             gpu_events=[e for e in inp.gpu_events if e.observed_at is None or e.observed_at >= since],
             unresponsive_nodes=persistence.confirmed(),
-            node_failure_nodes=[f.node for f in findings if f.kind is FindingKind.NODE_FAILURE and f.node],
-            ranks_logging=sorted(ranks_logging),
             hang=inp.hang,
             odd_ranks=inp.odd_ranks,
             processes=inp.processes,

@@ -16,7 +16,7 @@ from temporalio import activity
 
 from activities.errors import classified_errors
 from activities.logs.access import LogAccess
-from activities.logs.crash import CrashFinding, Role, scan
+from activities.logs.crash import scan, to_findings
 from activities.logs.heartbeat import heartbeat_times
 from activities.logs.progress import find_progress, parse_step
 from activities.logs.tail import LogLine, LogTail, expand_patterns
@@ -48,27 +48,6 @@ def log_patterns(patterns: Sequence[str], job: SlurmJob | None, job_id: int) -> 
     if job is None:
         return []
     return sorted({p for p in (job.standard_output, job.standard_error) if p})
-
-
-def to_findings(found: Sequence[CrashFinding], start_order: int = 0) -> list[LogFinding]:
-    """Crash findings reduced to what attribution needs, numbered in reading order.
-
-    Informational findings (a task stopped by a requeue, a cancellation) are not crashes and are dropped.
-    """
-    return [
-        LogFinding(
-            kind=f.kind,
-            rank=f.rank,
-            node=f.node or "",
-            exception=f.exception or "",
-            at=f.at,
-            order=start_order + i,
-            text=f.text,
-            culprit=f.culprit,
-            failure_class=f.failure_class,
-        )
-        for i, f in enumerate(f for f in found if f.role is not Role.INFO)
-    ]
 
 
 _NODE_TOKEN = re.compile(r"(?<![\w.])node=([A-Za-z0-9][\w.-]{0,63})")

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the library compiles its table on import: only when the command runs, not for --help
-    from activities.logs.diagnose import Diagnosis, Finding
+    from activities.logs.diagnosis import Diagnosis, Finding
 
 __all__ = ["add_diagnose_parser", "format_diagnosis", "run_diagnose_command"]
 
@@ -37,7 +37,8 @@ def add_diagnose_parser(sub: Any) -> None:
 
 def run_diagnose_command(args: argparse.Namespace) -> int:
     """``rebound diagnose``: read, diagnose, print; see the module docstring for the exit codes."""
-    from activities.logs.diagnose import Diagnoser, read_lines
+    from activities.logs.diagnose import Diagnoser
+    from activities.logs.streams import read_lines
 
     diagnoser = Diagnoser()
     unreadable: list[dict[str, str]] = []
@@ -83,6 +84,13 @@ def format_diagnosis(d: Diagnosis, *, evidence: int = 3) -> str:
             out.append(f"  {p.detail}")
         implicated = _implicated(p)
         out.append(f"  implicated: {implicated or 'nothing specific'}")
+        if d.attribution is not None:
+            a = d.attribution
+            nodes = f", nodes {', '.join(a.implicated_nodes)}" if a.implicated_nodes else ""
+            out.append(
+                f"  a live recovery would attribute: {a.cause} (class {a.failure_class.value}, retry:"
+                f" {_yes_no(a.retryable)}, confidence {a.confidence:.2f}{nodes})"
+            )
         out.append("  evidence:")
         out.extend(f"    {e}" for e in p.evidence[: max(0, evidence)])
     if d.findings:

@@ -1,11 +1,18 @@
-"""Crash evidence in log lines: what the signature library says each line means, as the live detector needs it.
+"""Log lines to findings: the one reader the live watch, the attribution activity and ``rebound diagnose`` share.
 
-The rows themselves live in ``activities.logs.signatures`` (``SIGNATURES``, re-exported here as ``CRASH_RULES``):
-one table of truth for this detector and for ``rebound diagnose``. For each line the **highest-priority** row
-whose regex matches the line's body (the text after its srun label, ``[rankN]:`` prefix, timestamp and other
-launcher prefixes) wins: specific srun lines before generic signal words, CUDA errors before communication
-errors, communication errors before the catch-all Python exception row (a gloo ``RuntimeError`` is a victim, not a
-user bug). A row yields one finding, or one per rank when it names a Slurm task list (``tasks 2-3``).
+The rows live in ``activities.logs.signature_table`` (compiled and matched by ``activities.logs.signatures``).
+For each line the **highest-priority** row whose regex matches the line's body (the text after its srun label,
+``[rankN]:`` prefix, timestamp and other launcher prefixes) wins: specific srun lines before generic signal words,
+CUDA errors before communication errors, communication errors before the catch-all Python exception row (a gloo
+``RuntimeError`` is a victim, not a user bug). A row yields one finding, or one per rank when it names a Slurm task
+list (``tasks 2-3``).
+
+``LineReader`` reads lines in order and keeps, per (file, rank), what a line is in the middle of, so interleaved
+ranks keep separate state:
+
+* a traceback's source lines (the indented line after ``File "...", line N``) are code, not messages: skipped;
+* a traceback printed under ``Exception ignored in:`` (a destructor's complaint) is not the job's error: its final
+  exception line is dropped (a CUDA error there still counts: it is the device's, not the destructor's).
 
 What a finding carries is the row's named groups, else what the line says around them:
 
@@ -19,30 +26,43 @@ What a finding carries is the row's named groups, else what the line says around
 Roles: a ``CULPRIT`` finding says this rank or node failed by itself; a ``VICTIM`` one that it failed because a
 peer did (a gloo/NCCL peer error, srun terminating the survivors); ``INFO`` is context, not a crash. ``kind`` is the
 detector's coarse vocabulary (attribution keys on it); ``category`` the library's canonical failure category.
+``to_findings`` reduces crash findings to the domain's ``LogFinding``, what attribution reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from typing import NamedTuple
 
-from activities.logs.signatures import SIGNATURES, Category, Role, Signature, extract, match, prepare
+from activities.logs.signature_fields import Fields, extract
+from activities.logs.signature_types import Category, Prepared, Role, Signature, SignatureMatch
+from activities.logs.signatures import SIGNATURES, match, prepare
 from activities.logs.tail import LogLine
 from workflows.domain.base import Frozen
 from workflows.domain.findings import FindingKind
-from workflows.domain.incident import Evidence, EvidenceSource, FailureClass
+from workflows.domain.incident import Evidence, EvidenceSource, FailureClass, LogFinding
 
 __all__ = [
     "CRASH_RULES",
     "CrashFinding",
     "CrashRule",
-    "Role",
+    "LineRead",
+    "LineReader",
     "classify",
+    "crash_findings",
     "scan",
     "to_evidence",
+    "to_findings",
 ]
 
 MAX_TEXT = 300
+_MAX_STREAMS = 4096
+
+_FILE_LINE = re.compile(r'^\s+File "')
+_IGNORED = re.compile(r"^Exception ignored (?:in|on calling)\b")
+_TRACEBACK_LINE = re.compile(r"^(?:\s|Traceback \(most recent call last\)|During handling|The above exception)")
 
 CrashRule = Signature
 """A row of the table (the detector's historical name for a signature)."""
@@ -72,7 +92,7 @@ class CrashFinding(Frozen):
     xid: int | None = None
     at: datetime | None = None
     category: Category = Category.NONE
-    """The canonical failure category (``activities.logs.signatures.Category``)."""
+    """The canonical failure category (``activities.logs.signature_types.Category``)."""
     restartable: bool | None = None
     """Whether a restart (elsewhere) can help, as far as this line alone says; None: it says nothing."""
     gpu: str | None = None
@@ -80,20 +100,85 @@ class CrashFinding(Frozen):
     peer_rank: int | None = None
 
 
-def classify(line: LogLine) -> list[CrashFinding]:
-    """What ``line`` says crashed, by the highest-priority matching row of ``CRASH_RULES``.
+class LineRead(NamedTuple):
+    """One line as the reader understood it: its prefixes peeled off, and the row that matched it, if any."""
 
-    Args:
-        line: One log line, as ``LogTail`` returns it.
+    prep: Prepared
+    hit: SignatureMatch | None
+    """None for an ordinary line, and for a line the multi-line context says is not a message."""
+    fields: Fields | None
+    """What the matched line implicates (``signatures.extract``); None without a match."""
 
-    Returns:
-        No finding for an ordinary line; one per rank for a row naming a task list; else one.
-    """
-    prep = prepare(line.text)
-    hit = match(prep.body)
-    if hit is None:
+
+class _Stream:
+    """What one (file, rank) is in the middle of: a traceback's source line, an ignored exception."""
+
+    __slots__ = ("after_file_line", "ignoring")
+
+    def __init__(self) -> None:
+        self.after_file_line = False
+        self.ignoring = False
+
+
+class LineReader:
+    """Reads lines in the order they were written and says what each means (module docstring). Memory is bounded."""
+
+    def __init__(self) -> None:
+        self._streams: dict[tuple[str, int | None], _Stream] = {}
+
+    def read(self, path: str, text: str, *, rank: int | None = None, host: str | None = None) -> LineRead:
+        """What ``text``, the next line of ``path``, says.
+
+        Args:
+            path: The file (or source) the line is from.
+            text: The line as written.
+            rank: The rank the caller already knows for the line (from its file's name), preferred to its prefixes'.
+            host: The node the caller already knows (``%N`` in a file pattern), preferred to its prefixes'.
+        """
+        prep = prepare(text)
+        body = prep.body
+        stream = self._stream(path, rank if rank is not None else prep.rank)
+        code_line = stream.after_file_line and body[:1] in (" ", "\t")
+        stream.after_file_line = _FILE_LINE.match(body) is not None
+        if code_line:
+            return LineRead(prep, None, None)
+        if _IGNORED.match(body):
+            stream.ignoring = True
+            return LineRead(prep, None, None)
+        hit = match(body)
+        if stream.ignoring:
+            if hit is not None and hit.category is Category.USER_EXCEPTION:
+                stream.ignoring = False
+                return LineRead(prep, None, None)
+            if not _TRACEBACK_LINE.match(body):
+                stream.ignoring = False
+        if hit is None:
+            return LineRead(prep, None, None)
+        return LineRead(prep, hit, extract(hit, prep, rank=rank, host=host))
+
+    def classify(self, line: LogLine) -> list[CrashFinding]:
+        """What ``line`` (the next line of its file) says crashed; see ``classify``."""
+        return crash_findings(line, self.read(line.path, line.text, rank=line.rank, host=line.node))
+
+    def scan(self, lines: Iterable[LogLine]) -> list[CrashFinding]:
+        """``classify`` every line, in order."""
+        return [finding for line in lines for finding in self.classify(line)]
+
+    def _stream(self, path: str, rank: int | None) -> _Stream:
+        key = (path, rank)
+        stream = self._streams.get(key)
+        if stream is None:
+            if len(self._streams) >= _MAX_STREAMS:
+                self._streams.clear()  # bounded memory: a pathological log loses only multi-line context
+            stream = self._streams[key] = _Stream()
+        return stream
+
+
+def crash_findings(line: LogLine, read: LineRead) -> list[CrashFinding]:
+    """The findings of one read line: none for an ordinary line, one per rank for a row naming a task list, else one."""
+    hit, f = read.hit, read.fields
+    if hit is None or f is None:
         return []
-    f = extract(hit, prep, rank=line.rank, host=line.node)
     # An informational row says nothing of the class; the detector's findings always carry one.
     failure_class = hit.failure_class or FailureClass.UNKNOWN
     base = CrashFinding(
@@ -125,9 +210,42 @@ def classify(line: LogLine) -> list[CrashFinding]:
     return [base.model_copy(update={"rank": rank}) for rank in f.ranks]
 
 
+def classify(line: LogLine) -> list[CrashFinding]:
+    """What ``line`` says crashed, by the highest-priority matching row of ``CRASH_RULES``, on its own.
+
+    Args:
+        line: One log line, as ``LogTail`` returns it.
+
+    Returns:
+        No finding for an ordinary line; one per rank for a row naming a task list; else one.
+    """
+    return LineReader().classify(line)
+
+
 def scan(lines: Iterable[LogLine]) -> list[CrashFinding]:
-    """``classify`` every line, in order."""
-    return [finding for line in lines for finding in classify(line)]
+    """Every line's findings, in order, read by one ``LineReader`` (the lines' multi-line context counts)."""
+    return LineReader().scan(lines)
+
+
+def to_findings(found: Sequence[CrashFinding], start_order: int = 0) -> list[LogFinding]:
+    """Crash findings reduced to what attribution needs, numbered in reading order.
+
+    Informational findings (a task stopped by a requeue, a cancellation) are not crashes and are dropped.
+    """
+    return [
+        LogFinding(
+            kind=f.kind,
+            rank=f.rank,
+            node=f.node or "",
+            exception=f.exception or "",
+            at=f.at,
+            order=start_order + i,
+            text=f.text,
+            culprit=f.culprit,
+            failure_class=f.failure_class,
+        )
+        for i, f in enumerate(f for f in found if f.role is not Role.INFO)
+    ]
 
 
 def to_evidence(finding: CrashFinding) -> Evidence:

@@ -1,8 +1,18 @@
-"""Root cause of a failed job from its logs: every line through the signature library, then one verdict. Pure.
+"""Root cause of a failed job from its logs: every line through the live detector's reader, then one verdict. Pure.
 
-``Diagnoser`` is fed lines, one file (or stdin) at a time, and keeps only a bounded summary: one ``Finding`` per
-category, at most ``MAX_EVIDENCE`` evidence lines each, lines cut at ``tail.DEFAULT_MAX_BYTES_PER_FILE`` bytes.
-``result()`` then picks the root cause, by these rules in order:
+``Diagnoser`` is fed lines, one file (or stdin) at a time. Each line goes through ``activities.logs.crash.
+LineReader``, the reader the live watch and the attribution activity use (the signature library, with its
+multi-line context: a traceback's source lines are code, a destructor's ``Exception ignored in:`` traceback is not
+the job's error). The findings go two ways:
+
+* as the live path's findings, to ``workflows.policy.attribution``: ``attribute`` is what a live recovery concludes
+  from these logs alone (``Diagnosis.attribution``), and ``deciding_findings`` is the evidence that conclusion rests
+  on (a node failure, the first CUDA error, the code's exceptions, the first rank that died on its own);
+* into a bounded summary: one ``Finding`` per category, at most ``MAX_EVIDENCE`` evidence lines each.
+
+``result()`` names the root cause: the strongest category (by the order below) among the findings the
+attribution rests on. When no finding decides (victims' reports alone, context), or the deciding ones are only
+launchers' summaries (a task's exit says that a process ended, not why), the order below picks among them all:
 
 1. hardware evidence beats the CUDA or communication errors it causes: first the kernel's word on a GPU (an
    XID, a GPU off the bus), then uncorrectable ECC, an InfiniBand error or a node failure;
@@ -16,14 +26,9 @@ category, at most ``MAX_EVIDENCE`` evidence lines each, lines cut at ``tail.DEFA
 5. srun's "Terminated" alone is never a root cause (the job was cancelled or requeued, not failed); nothing found,
    or only context (a requeue, an informational XID): category ``none``.
 
-Multi-line awareness, per file and rank (interleaved ranks keep separate state):
-
-* a traceback's source lines (the indented line after ``File "...", line N``) are code, not messages: skipped;
-* a traceback printed under ``Exception ignored in:`` (a destructor's complaint) is not the job's error: its final
-  exception line is dropped (a CUDA error there still counts: it is the device's, not the destructor's);
-* torchrun's summary blocks (``Root Cause (first observed failure)``, a failure's ``[n]:`` entry, or their tail
-  when the header was cut off): their ``rank``, ``host`` and ``exitcode`` lines are given to the block's findings,
-  and of several blocks the earliest ``time`` is the first failure.
+torchrun's summary blocks (``Root Cause (first observed failure)``, a failure's ``[n]:`` entry, or their tail when
+the header was cut off) give their ``rank``, ``host`` and ``exitcode`` lines to the block's findings, and of
+several blocks the earliest ``time`` is the first failure.
 
 What the root cause's own line does not say (rank, host, GPU, exit code, signal) is taken from the same failure's
 other lines, then from the launchers' summaries of one process, then from its file (see ``_fill_finding``).
@@ -31,39 +36,20 @@ other lines, then from the launchers' summaries of one process, then from its fi
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import BinaryIO
 
-from pydantic import Field
-
-from activities.logs.signatures import (
-    CATEGORIES,
-    Category,
-    Prepared,
-    Role,
-    SignatureMatch,
-    extract,
-    match,
-    prepare,
-)
-from activities.logs.tail import DEFAULT_MAX_BYTES_PER_FILE, rank_token
-from workflows.domain.base import Frozen
+from activities.logs.crash import LineRead, LineReader, crash_findings, to_findings
+from activities.logs.diagnosis import Diagnosis, EvidenceLine, Finding, normalize_gpu
+from activities.logs.log_context import FileContext, SummaryBlock, block_fields
+from activities.logs.signature_types import CATEGORIES, Category, Prepared, Role, SignatureMatch
+from activities.logs.streams import file_rank, split_text
+from activities.logs.tail import LogLine, rank_token, split_prefix
 from workflows.domain.findings import FindingKind
-from workflows.domain.incident import FailureClass
+from workflows.domain.incident import Attribution, LogFinding
+from workflows.policy.attribution import AttributionFacts, attribute, deciding_findings
 
-__all__ = [
-    "MAX_EVIDENCE",
-    "Diagnoser",
-    "Diagnosis",
-    "EvidenceLine",
-    "Finding",
-    "diagnose_text",
-    "file_rank",
-    "normalize_gpu",
-    "read_lines",
-]
+__all__ = ["MAX_EVIDENCE", "Diagnoser", "diagnose_text"]
 
 MAX_EVIDENCE = 5
 """Evidence lines kept per finding: the first ones, where a failure shows first."""
@@ -72,84 +58,13 @@ MAX_TEXT = 300
 _MAX_RANKS = 4096
 _MAX_HOSTS = 256
 _MAX_KEYS = 4096
-_CHUNK = 1 << 16
+_MAX_FINDINGS = 20_000
+"""Line findings kept for the attribution (the first ones): a log of a million NCCL warnings stays bounded."""
 
-_EOL = re.compile(rb"\r\n|\r|\n")
-# The file-name rule of LogTail (rank-3.log, rank_3, rank.3, rank3; never local_rank).
-_NAME_RANK = re.compile(r"(?<![a-z])(?<!local_)(?<!local-)rank[-_.]?(\d+)(?!\d)", re.IGNORECASE)
-_FILE_LINE = re.compile(r'^\s+File "')
-_IGNORED = re.compile(r"^Exception ignored (?:in|on calling)\b")
-_TRACEBACK_LINE = re.compile(r"^(?:\s|Traceback \(most recent call last\)|During handling|The above exception)")
-# torchrun's aligned summary fields: "  rank      : 3 (local_rank: 3)", "  exitcode  : -9 (pid: 1237)"
-_BLOCK_FIELD = re.compile(r"^\s+(?P<name>time|host|rank|exitcode|error_file|traceback)\s*: (?P<value>.*)$")
-_IDENTITY = re.compile(r"(?<![\w.])(?:node=(?P<node>[\w.\-]+)|gpu=(?P<gpu>\d+))\b")
-# A pasted shell prompt names the host the next commands ran on: "[alice@gpu-n7 ~]$", "zeyer@cn-234 ~ %"
-_PROMPT = re.compile(r"^\[?[\w.\-]+@(?P<host>[A-Za-z][\w\-]*(?:\.[\w\-]+)*)(?=[ :~\]])")
-_PCI_IN_TEXT = re.compile(r"(?<![\w:])((?:PCI:)?[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)(?![\w:])")
-_BLOCK_INDEX = re.compile(r"^\s*\[\d+\]:\s*$")
-_PCI = re.compile(r"^(?:pci:)?(?:[0-9a-f]{4})?([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})(?:\.([0-7]))?$")
+_SUMMARY_TIER = 2
+"""Tiers up to this one are launchers' summaries (torchrun's ``ChildFailedError``, srun's task exits)."""
 # Confidence by tier (signatures.CategoryInfo.tier): hardware evidence, a rank's own error, communication, summaries.
 _BASE_CONFIDENCE = {6: 0.9, 5: 0.9, 4: 0.85, 3: 0.55, 2: 0.45, 1: 0.35, 0: 0.2}
-
-
-class EvidenceLine(Frozen):
-    path: str
-    line: int
-    """1-based line number in ``path``."""
-    text: str
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.text}"
-
-
-class Finding(Frozen):
-    """Everything the logs say about one failure category: the best line's fields, and where it was seen."""
-
-    category: Category
-    signature: str
-    """The id of the row that matched the representative line."""
-    failure_class: FailureClass | None
-    restartable: bool | None
-    """Whether a restart (elsewhere) can help; None when the category says nothing (``none``)."""
-    role: Role
-    confidence: float = Field(ge=0, le=1)
-    rank: int | None = None
-    host: str | None = None
-    gpu: int | str | None = None
-    """A GPU index, or a PCI id (``0000:3b:00.0``)."""
-    peer_rank: int | None = None
-    xid: int | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    exception: str | None = None
-    message: str = ""
-    detail: str = ""
-    """Why, where the table alone does not say: the XID catalog's meaning and recommended action."""
-    ranks: tuple[int, ...] = ()
-    """Every rank that reported it (sorted)."""
-    hosts: tuple[str, ...] = ()
-    lines: int = 0
-    """Lines that matched."""
-    weak: bool = False
-    """Only catch-all rows matched (an unknown exception type, a CUDA error without a known name)."""
-    evidence: tuple[EvidenceLine, ...] = ()
-
-
-class Diagnosis(Frozen):
-    """The root cause (``primary``) and everything else found, strongest first."""
-
-    category: Category
-    failure_class: FailureClass | None
-    restartable: bool | None
-    confidence: float = Field(ge=0, le=1)
-    primary: Finding | None = None
-    findings: tuple[Finding, ...] = ()
-    lines_read: int = 0
-    sources: tuple[str, ...] = ()
-
-    @property
-    def failed(self) -> bool:
-        return self.category is not Category.NONE
 
 
 _FIELDS = ("rank", "host", "gpu", "exit_code", "signal")
@@ -189,52 +104,20 @@ class _Acc:
         self.evidence: list[EvidenceLine] = []
 
 
-class _Stream:
-    """What one (file, rank) is in the middle of: a traceback's source line, an ignored exception."""
-
-    def __init__(self) -> None:
-        self.after_file_line = False
-        self.ignoring = False
-
-
-class _FileContext:
-    """What a whole file says about whose log it is: a per-rank file names one rank (and node, GPU) throughout."""
-
-    def __init__(self, rank: int | None) -> None:
-        self.values: dict[str, set[object]] = {"rank": set(), "host": set(), "gpu": set()}
-        if rank is not None:
-            self.values["rank"].add(rank)
-        self.prompt_host: str | None = None
-        self.pci: tuple[int, str] | None = None
-        """The last PCI id an ``NVRM:`` line named, with its line number: the kernel wraps long messages."""
-
-    def see(self, name: str, value: object) -> None:
-        if value is not None and len(self.values[name]) < 2:
-            self.values[name].add(value)
-
-    def only(self, name: str) -> object:
-        values = self.values[name]
-        return next(iter(values)) if len(values) == 1 else None
-
-
-class _Block:
-    """A torchrun summary block being read (``Root Cause`` or a failure's ``[n]:`` entry): fields and findings."""
-
-    def __init__(self) -> None:
-        self.fields: dict[str, str] = {}
-        self.categories: set[Category] = set()
-        self.lines = 0
-
-
 class Diagnoser:
     """Streams lines in, keeps a bounded summary, and gives the ``Diagnosis`` (module docstring)."""
 
     def __init__(self, *, max_evidence: int = MAX_EVIDENCE) -> None:
         self._max_evidence = max(1, max_evidence)
         self._acc: dict[Category, _Acc] = {}
-        self._streams: dict[tuple[str, int | None], _Stream] = {}
-        self._files: dict[str, _FileContext] = {}
-        self._blocks: dict[str, _Block] = {}
+        self._reader = LineReader()
+        self._findings: list[LogFinding] = []
+        """The live path's findings, in reading order (``LogFinding.order`` indexes ``_categories`` too)."""
+        self._categories: list[Category] = []
+        self._ranks: set[int] = set()
+        """Every rank that wrote a line: none went silent, as far as logs read after the fact can tell."""
+        self._files: dict[str, FileContext] = {}
+        self._blocks: dict[str, SummaryBlock] = {}
         self._seq = 0
         self._lines = 0
         self._sources: list[str] = []
@@ -245,7 +128,7 @@ class Diagnoser:
         rank_of_file = file_rank(path)
         if len(self._files) >= _MAX_KEYS:
             self._files.clear()  # bounded memory: a pathological number of sources loses only file identities
-        self._files.setdefault(path, _FileContext(rank_of_file))
+        self._files.setdefault(path, FileContext(rank_of_file))
         for number, text in enumerate(lines, start=1):
             self._line(path, number, text, rank_of_file)
 
@@ -254,7 +137,12 @@ class Diagnoser:
         for path in list(self._blocks):
             self._close_block(path)
         ranked = sorted((a for a in self._acc.values() if a.best is not None), key=_strength, reverse=True)
-        top = next((acc for acc in ranked if _can_be_primary(acc)), None)
+        attribution, deciding = self._attribute()
+        # The strongest category among the findings the live attribution rests on; a launcher's summary there says
+        # that a process ended, not why, so then (and when no finding decides) the category order alone names it.
+        top = next((acc for acc in ranked if acc.category in deciding and _can_be_primary(acc)), None)
+        if top is None or CATEGORIES[top.category].tier <= _SUMMARY_TIER:
+            top = next((acc for acc in ranked if _can_be_primary(acc)), None)
         findings = tuple(self._finding(acc, primary=acc is top, ranked=ranked) for acc in ranked)
         if top is None:
             return Diagnosis(
@@ -278,94 +166,73 @@ class Diagnoser:
             findings=findings,
             lines_read=self._lines,
             sources=tuple(self._sources),
+            attribution=attribution,
         )
+
+    def _attribute(self) -> tuple[Attribution, set[Category]]:
+        """The live attribution of the findings, and the categories of the findings it rests on.
+
+        The job's nodes are the ones the findings name (the logs are all there is); no node state, no GPU agent.
+        """
+        nodes = tuple(sorted({f.node for f in self._findings if f.node}))
+        facts = AttributionFacts.from_findings(nodes, 0, self._findings, ranks_logging=self._ranks)
+        return attribute(facts), {self._categories[f.order] for f in deciding_findings(facts)}
 
     # ----- one line ---------------------------------------------------------------------------------------------
 
     def _line(self, path: str, number: int, text: str, rank_of_file: int | None) -> None:
         self._lines += 1
-        prep = prepare(text)
+        read = self._reader.read(path, text, rank=rank_of_file)
+        prep = read.prep
         rank = rank_of_file if rank_of_file is not None else prep.rank
-        body = prep.body
         self._see(path, number, prep, rank)
-        stream = self._stream(path, rank)
-        code_line = stream.after_file_line and body[:1] in (" ", "\t")
-        stream.after_file_line = _FILE_LINE.match(body) is not None
+        body = prep.body
         block = self._blocks.get(path)
         if block is not None:
             self._in_block(path, block, body)
-        elif _BLOCK_FIELD.match(body):
-            block = self._blocks[path] = _Block()  # a summary entry whose header was cut off
+        elif SummaryBlock.starts_tail(body):
+            block = self._blocks[path] = SummaryBlock()  # a summary entry whose header was cut off
             self._in_block(path, block, body)
-        if code_line:
-            return
-        if _IGNORED.match(body):
-            stream.ignoring = True
-            return
-        hit = match(body)
-        if stream.ignoring:
-            if hit is not None and hit.category is Category.USER_EXCEPTION:
-                stream.ignoring = False
-                return
-            if not _TRACEBACK_LINE.match(body):
-                stream.ignoring = False
-        if hit is None:
+        hit = read.hit
+        if hit is None or read.fields is None:
             return
         if hit.signature.id == "elastic_root_cause":
             self._close_block(path)
-            self._blocks[path] = _Block()
+            self._blocks[path] = SummaryBlock()
         self._seq += 1
-        fields = extract(hit, prep, rank=rank)._asdict()
         block = self._blocks.get(path)
         if block is not None:
             block.categories.add(hit.category)
         evidence = EvidenceLine(path=path, line=number, text=_clip(text.strip()))
-        self._add(hit, fields, evidence, in_block=block is not None)
+        self._add(hit, read.fields._asdict(), evidence, in_block=block is not None)
+        self._keep_finding(path, number, text, rank, read)
+
+    def _keep_finding(self, path: str, number: int, text: str, rank: int | None, read: LineRead) -> None:
+        """Keep the line's findings as the live path has them (the line number stands for the byte offset)."""
+        if len(self._findings) >= _MAX_FINDINGS:
+            return
+        line = LogLine(path=path, rank=rank, text=text, offset=number, at=split_prefix(text).at)
+        found = to_findings(crash_findings(line, read), start_order=len(self._findings))
+        self._findings += found
+        self._categories += [read.hit.category if read.hit is not None else Category.NONE] * len(found)
 
     def _see(self, path: str, number: int, prep: Prepared, rank: int | None) -> None:
         """Note whose log this is (every line, matched or not): ranks, nodes, GPUs, a shell prompt's host."""
-        ctx = self._files.get(path)
-        if ctx is None:
-            return
         body = prep.body
-        ctx.see("rank", rank if rank is not None else rank_token(body))
-        ctx.see("host", prep.host)
-        for m in _IDENTITY.finditer(body):
-            if m.group("node") is not None:
-                ctx.see("host", m.group("node"))
-            else:
-                ctx.see("gpu", int(m.group("gpu")))
-        prompt = _PROMPT.match(body)
-        if prompt is not None:
-            ctx.prompt_host = prompt.group("host")
-        if "NVRM" in body:
-            pci = _PCI_IN_TEXT.search(body)
-            if pci is not None:
-                ctx.pci = (number, pci.group(1))
+        rank = rank if rank is not None else rank_token(body)
+        if rank is not None and len(self._ranks) < _MAX_RANKS:
+            self._ranks.add(rank)
+        ctx = self._files.get(path)
+        if ctx is not None:
+            ctx.see_line(number, prep, rank)
 
-    def _stream(self, path: str, rank: int | None) -> _Stream:
-        key = (path, rank)
-        stream = self._streams.get(key)
-        if stream is None:
-            if len(self._streams) >= _MAX_KEYS:
-                self._streams.clear()  # bounded memory: a pathological log loses only multi-line context
-            stream = self._streams[key] = _Stream()
-        return stream
-
-    def _in_block(self, path: str, block: _Block, body: str) -> None:
-        """Read one line of an open summary block (``[0]:``, then ``name : value`` lines); close it at its end."""
-        block.lines += 1
-        m = _BLOCK_FIELD.match(body)
-        if m is not None:
-            block.fields[m.group("name")] = m.group("value").strip()
-        elif not (_BLOCK_INDEX.match(body) or (block.lines == 1 and not block.fields)):
-            self._close_block(path)
-        if block.lines > 12:
+    def _in_block(self, path: str, block: SummaryBlock, body: str) -> None:
+        if not block.read(body):
             self._close_block(path)
 
     def _close_block(self, path: str) -> None:
         block = self._blocks.pop(path, None)
-        typed = _block_fields(block.fields) if block is not None else {}
+        typed = block_fields(block.fields) if block is not None else {}
         if block is None or not typed:
             return
         when = block.fields.get("time", "")
@@ -483,21 +350,6 @@ def _can_be_primary(acc: _Acc) -> bool:
     return not (CATEGORIES[acc.category].tier == 1 and acc.roles == {Role.VICTIM})
 
 
-def _block_fields(block: dict[str, str]) -> dict[str, object]:
-    """torchrun's ``rank : 3 (local_rank: 3)``, ``host : n1``, ``exitcode : -9 (pid: 1)`` as typed fields."""
-    out: dict[str, object] = {}
-    for name, key in (("rank", "rank"), ("exit_code", "exitcode")):
-        m = re.match(r"-?\d+", block.get(key, ""))
-        if m is not None:
-            out[name] = int(m.group())
-    if block.get("host"):
-        out["host"] = block["host"].split()[0]
-    code = out.get("exit_code")
-    if isinstance(code, int) and code < 0:
-        out["signal"] = -code  # torchrun reports death by signal N as -N
-    return out
-
-
 def _fill(fields: dict[str, object], more: Mapping[str, object]) -> None:
     """Set each field of ``more`` that ``fields`` lacks."""
     for name, value in more.items():
@@ -517,62 +369,8 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
-def normalize_gpu(value: str | int) -> int | str:
-    """A GPU as an index (``3``) or a canonical PCI id (``0000:3b:00.0``): what the logs and labels spell apart.
-
-    ``0000:3B:00`` (NVRM), ``00000000:3B:00.0`` (nvidia-smi) and ``PCI:0000:3b:00.0`` are one GPU.
-    """
-    if isinstance(value, int):
-        return value
-    text = value.strip()
-    if text.isdigit():
-        return int(text)
-    m = _PCI.match(text.lower())
-    if m is None:
-        return text
-    return f"{m.group(1)}:{m.group(2)}:{m.group(3)}.{m.group(4) or '0'}"
-
-
-def file_rank(path: str) -> int | None:
-    """The rank a file's name gives its lines (``rank-3.log``), by ``LogTail``'s rule; None without one."""
-    base = path.replace("\\", "/").rsplit("/", 1)[-1]
-    m = _NAME_RANK.search(base)
-    return int(m.group(1)) if m else None
-
-
-def read_lines(stream: BinaryIO, *, max_line: int = DEFAULT_MAX_BYTES_PER_FILE) -> Iterator[str]:
-    """The lines of a binary stream, decoded (U+FFFD for bad bytes), read in chunks: memory stays bounded.
-
-    Lines end at ``\\n``, ``\\r\\n`` or ``\\r``; empty lines are skipped; a line longer than ``max_line`` bytes is
-    returned in pieces of that size, like ``LogTail`` does.
-    """
-    max_line = max(1, max_line)
-    pending = b""
-    while True:
-        chunk = stream.read(_CHUNK)
-        if not chunk:
-            break
-        data = pending + chunk
-        pos = 0
-        for m in _EOL.finditer(data):
-            if m.end() == len(data) and m.group() == b"\r":
-                break  # maybe the first half of a \r\n
-            yield from _pieces(data[pos : m.start()], max_line)
-            pos = m.end()
-        pending = data[pos:]
-        while len(pending) > max_line:
-            yield pending[:max_line].decode("utf-8", errors="replace")
-            pending = pending[max_line:]
-    yield from _pieces(pending.rstrip(b"\r"), max_line)
-
-
-def _pieces(raw: bytes, max_line: int) -> Iterator[str]:
-    for start in range(0, len(raw), max_line):
-        yield raw[start : start + max_line].decode("utf-8", errors="replace")
-
-
 def diagnose_text(text: str, *, path: str = "<text>") -> Diagnosis:
     """The diagnosis of one log given as a string (the benchmark's corpus cases, tests)."""
     diagnoser = Diagnoser()
-    diagnoser.feed(path, (line for line in re.split(r"\r\n|\r|\n", text) if line))
+    diagnoser.feed(path, split_text(text))
     return diagnoser.result()

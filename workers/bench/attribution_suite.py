@@ -36,15 +36,15 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from activities.logs.crash import scan
+from activities.attribution import LogEvidence
+from activities.logs.crash import scan, to_findings
 from activities.logs.tail import LogLine, LogTail, expand_patterns
-from activities.watch import to_findings, unresponsive
+from activities.watch import unresponsive
 from workflows.domain.base import Frozen
-from workflows.domain.findings import FindingKind
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.incident import FailureClass
 from workflows.domain.slurm import ClusterSnapshot, NodeBaseState, SlurmNode
-from workflows.policy.attribution import AttributionFacts, block_rank_layout, rank_layout
+from workflows.policy.attribution import AttributionFacts, block_rank_layout
 
 __all__ = [
     "SCENARIO_FILE",
@@ -241,26 +241,24 @@ def _snapshot(scenario: Scenario) -> ClusterSnapshot:
 
 
 def build_facts(loaded: LoadedScenario, lines: Sequence[LogLine] | None = None) -> AttributionFacts:
-    """The facts ``activities.attribution`` would hand to ``attribute`` for this scenario.
+    """The facts ``activities.attribution`` would hand to ``attribute`` for this scenario, built by its own parts.
 
-    Mirrors ``AttributionActivities.attribute_failure``: the detector's findings first (they are all it knows of
-    the ranks before the window), then the findings and the ranks of every line read in the settle window.
+    The detector's findings first (the watch's ``scan`` of what it read before the anomaly: all it knows of the
+    ranks before the window), then what the activity's ``LogEvidence`` makes of the settle window's lines; the node
+    states as the activity's last read saw them (``unresponsive``), the facts by ``AttributionFacts.from_findings``.
     """
     scenario = loaded.scenario
     before, after = _split_at_window(read_lines(loaded) if lines is None else lines, scenario.window_start)
-    findings = to_findings(scan(before))
-    ranks_logging = {f.rank for f in findings if f.rank is not None}
-    ranks_logging |= {line.rank for line in after if line.rank is not None}
-    findings += to_findings(scan(after), start_order=len(findings))
+    evidence = LogEvidence(to_findings(scan(before)))
+    evidence.read(after)
     nodes = scenario.job_nodes
-    return AttributionFacts(
-        job_nodes=nodes,
-        rank_nodes=rank_layout(nodes, scenario.task_count, findings),
-        findings=findings,
+    return AttributionFacts.from_findings(
+        nodes,
+        scenario.task_count,
+        evidence.findings,
+        ranks_logging=evidence.ranks_logging,
         gpu_events=scenario.gpu_events,
         unresponsive_nodes=unresponsive(_snapshot(scenario), nodes),
-        node_failure_nodes=[f.node for f in findings if f.kind is FindingKind.NODE_FAILURE and f.node],
-        ranks_logging=sorted(ranks_logging),
     )
 
 

@@ -7,7 +7,7 @@ The corpus is JSONL, one case per line (blank lines and lines starting with ``#`
                 "rank": 3, "host": "node-7", "gpu": 0, "peer_rank": 5, "xid": 79, "exit_code": 1, "signal": 9},
      "notes": "optional"}
 
-``category`` is one of ``activities.logs.signatures.Category``; ``failure_class`` one of hardware,
+``category`` is one of ``activities.logs.signature_types.Category``; ``failure_class`` one of hardware,
 infrastructure, user, unknown (or ``-``/null, e.g. for ``none``); ``restartable`` true, false or null (unknown);
 the implicated fields are optional. Unknown keys inside ``labels`` are errors (a typo must not silently drop a
 label); other top-level keys are ignored.
@@ -30,8 +30,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from activities.logs.diagnose import Diagnosis, diagnose_text, normalize_gpu
-from activities.logs.signatures import Category
+from activities.logs.diagnose import diagnose_text
+from activities.logs.diagnosis import Diagnosis, normalize_gpu
+from activities.logs.signature_types import Category
 from workflows.domain.base import Frozen
 from workflows.domain.incident import FailureClass
 

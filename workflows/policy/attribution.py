@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import NamedTuple
 
 from workflows.domain.findings import Cause, FindingKind
 from workflows.domain.gpu import GpuEvent, GpuEventKind
@@ -63,6 +65,39 @@ class AttributionFacts:
     processes: Sequence[RankProcess] = ()
     stack_summary: str = ""
 
+    @classmethod
+    def from_findings(
+        cls,
+        job_nodes: Sequence[str],
+        task_count: int,
+        findings: Sequence[LogFinding],
+        *,
+        ranks_logging: Iterable[int] = (),
+        gpu_events: Sequence[GpuEvent] = (),
+        unresponsive_nodes: Sequence[str] = (),
+        hang: HangVerdict | None = None,
+        odd_ranks: Sequence[int] = (),
+        processes: Sequence[RankProcess] = (),
+        stack_summary: str = "",
+    ) -> AttributionFacts:
+        """The facts of one failure around what its logs said: rank -> node from the findings and srun's layout
+        (``rank_layout``), and the nodes the findings report failed. The live activity, the attribution bench and
+        ``rebound diagnose`` (no layout: ``task_count`` 0) all build their facts here."""
+        nodes = tuple(job_nodes)
+        return cls(
+            job_nodes=nodes,
+            rank_nodes=rank_layout(nodes, task_count, findings),
+            findings=findings,
+            gpu_events=gpu_events,
+            unresponsive_nodes=unresponsive_nodes,
+            node_failure_nodes=[f.node for f in findings if f.kind is FindingKind.NODE_FAILURE and f.node],
+            ranks_logging=sorted(ranks_logging),
+            hang=hang,
+            odd_ranks=odd_ranks,
+            processes=processes,
+            stack_summary=stack_summary,
+        )
+
 
 def block_rank_layout(nodes: Sequence[str], task_count: int) -> dict[int, str]:
     """Rank -> node for srun's default block distribution (first nodes get the extra tasks)."""
@@ -95,8 +130,7 @@ def rank_layout(nodes: Sequence[str], task_count: int, findings: Iterable[LogFin
 
 def attribute(facts: AttributionFacts) -> Attribution:
     """Apply the rules above; see the module docstring."""
-    job_nodes = set(facts.job_nodes)
-    gpu = [e for e in facts.gpu_events if e.host in job_nodes and e.kind is not GpuEventKind.SOURCE_DOWN]
+    gpu = _gpu_faults(facts)
     if gpu:
         return _gpu_fault(gpu)
     down = _dead_nodes(facts)
@@ -110,42 +144,10 @@ def attribute(facts: AttributionFacts) -> Attribution:
             explanation=f"slurmd on {', '.join(down)} stopped responding while the job ran there",
             evidence=tuple(_node_evidence(n) for n in down),
         )
-    failed = sorted(set(facts.node_failure_nodes) & job_nodes)
-    if failed:
-        return Attribution(
-            failure_class=FailureClass.INFRASTRUCTURE,
-            cause=Cause.NODE_FAILURE,
-            retryable=True,
-            confidence=0.85,
-            implicated_nodes=tuple(failed),
-            explanation=f"Slurm reported a node failure on {', '.join(failed)}",
-            evidence=_evidence(f for f in facts.findings if f.kind is FindingKind.NODE_FAILURE),
-        )
     ordered = sorted(facts.findings, key=_first_key)
-    cuda = [f for f in ordered if f.kind in GPU_KINDS and f.failure_class is not FailureClass.USER]
-    if cuda:
-        return _culprit(cuda[0], facts, FailureClass.HARDWARE, Cause.CUDA_ERROR, 0.8, ordered)
-    # An exception from the code, or a GPU error the code caused (CUDA out of memory, device-side assert).
-    # ... and a rank killed for the job's own excess (the host OOM killer, a cgroup limit): restarting repeats it.
-    user = [
-        f
-        for f in ordered
-        if f.kind in USER_KINDS or (f.kind in GPU_KINDS | {FindingKind.KILLED} and f.failure_class is FailureClass.USER)
-    ]
-    if user:
-        return _user_bug(user, facts)
-    # A rank that reported a broken connection and then exited non-zero (srun's "Exited with exit code 1")
-    # died of its peer's death: its exit is a victim's, not a culprit's.
-    lost_peer = {f.rank for f in ordered if not f.culprit and f.rank is not None}
-    culprits = [
-        f
-        for f in ordered
-        if f.culprit and f.kind not in GPU_KINDS | USER_KINDS and not (f.kind in EXIT_KINDS and f.rank in lost_peer)
-    ]
-    if culprits:
-        first = culprits[0]
-        cause = _EXIT_CAUSES.get(first.kind, Cause.RANK_CRASH)
-        return _culprit(first, facts, FailureClass.UNKNOWN, cause, 0.6, ordered)
+    rule = _log_rule(facts, ordered)
+    if rule is not None:
+        return _from_log_rule(rule, facts, ordered)
     if facts.hang is not None:
         return attribute_hang(facts.hang, facts.odd_ranks, facts.processes, facts.stack_summary)
     victims = [f for f in ordered if not f.culprit]
@@ -173,6 +175,84 @@ def attribute(facts: AttributionFacts) -> Attribution:
         explanation="the job failed without evidence that points at a node or at the code",
         evidence=_evidence(ordered[:3]),
     )
+
+
+def deciding_findings(facts: AttributionFacts) -> tuple[LogFinding, ...]:
+    """The log findings ``attribute`` rests its verdict on: those of the first of rules 3-6 that applies (a node
+    failure, the CUDA errors, the code's exceptions, the ranks that died on their own), the deciding one first.
+
+    Empty when a GPU fault or a dead node decides (rules 1-2), or when no log finding does (a hang, victims alone,
+    nothing). ``rebound diagnose`` names its root cause among these, so it never contradicts a live recovery.
+    """
+    if _gpu_faults(facts) or _dead_nodes(facts):
+        return ()
+    rule = _log_rule(facts, sorted(facts.findings, key=_first_key))
+    return tuple(rule.findings) if rule is not None else ()
+
+
+class _Rule(Enum):
+    NODE_FAILURE = 3
+    CUDA = 4
+    USER = 5
+    CULPRIT = 6
+
+
+class _LogRule(NamedTuple):
+    """The first of rules 3-6 that applies, and its findings (the deciding one first)."""
+
+    rule: _Rule
+    findings: list[LogFinding]
+
+
+def _log_rule(facts: AttributionFacts, ordered: list[LogFinding]) -> _LogRule | None:
+    if set(facts.node_failure_nodes) & set(facts.job_nodes):
+        return _LogRule(_Rule.NODE_FAILURE, [f for f in facts.findings if f.kind is FindingKind.NODE_FAILURE])
+    cuda = [f for f in ordered if f.kind in GPU_KINDS and f.failure_class is not FailureClass.USER]
+    if cuda:
+        return _LogRule(_Rule.CUDA, cuda)
+    # An exception from the code, or a GPU error the code caused (CUDA out of memory, device-side assert).
+    # ... and a rank killed for the job's own excess (the host OOM killer, a cgroup limit): restarting repeats it.
+    user = [
+        f
+        for f in ordered
+        if f.kind in USER_KINDS or (f.kind in GPU_KINDS | {FindingKind.KILLED} and f.failure_class is FailureClass.USER)
+    ]
+    if user:
+        return _LogRule(_Rule.USER, user)
+    # A rank that reported a broken connection and then exited non-zero (srun's "Exited with exit code 1")
+    # died of its peer's death: its exit is a victim's, not a culprit's.
+    lost_peer = {f.rank for f in ordered if not f.culprit and f.rank is not None}
+    culprits = [
+        f
+        for f in ordered
+        if f.culprit and f.kind not in GPU_KINDS | USER_KINDS and not (f.kind in EXIT_KINDS and f.rank in lost_peer)
+    ]
+    return _LogRule(_Rule.CULPRIT, culprits) if culprits else None
+
+
+def _from_log_rule(rule: _LogRule, facts: AttributionFacts, ordered: list[LogFinding]) -> Attribution:
+    if rule.rule is _Rule.NODE_FAILURE:
+        failed = sorted(set(facts.node_failure_nodes) & set(facts.job_nodes))
+        return Attribution(
+            failure_class=FailureClass.INFRASTRUCTURE,
+            cause=Cause.NODE_FAILURE,
+            retryable=True,
+            confidence=0.85,
+            implicated_nodes=tuple(failed),
+            explanation=f"Slurm reported a node failure on {', '.join(failed)}",
+            evidence=_evidence(rule.findings),
+        )
+    first = rule.findings[0]
+    if rule.rule is _Rule.CUDA:
+        return _culprit(first, facts, FailureClass.HARDWARE, Cause.CUDA_ERROR, 0.8, ordered)
+    if rule.rule is _Rule.USER:
+        return _user_bug(rule.findings, facts)
+    return _culprit(first, facts, FailureClass.UNKNOWN, _EXIT_CAUSES.get(first.kind, Cause.RANK_CRASH), 0.6, ordered)
+
+
+def _gpu_faults(facts: AttributionFacts) -> list[GpuEvent]:
+    job_nodes = set(facts.job_nodes)
+    return [e for e in facts.gpu_events if e.host in job_nodes and e.kind is not GpuEventKind.SOURCE_DOWN]
 
 
 def _gpu_fault(events: list[GpuEvent]) -> Attribution:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from activities.logs.diagnose import Diagnosis, EvidenceLine, Finding
-from activities.logs.signatures import CATEGORIES, Category, Role
+from activities.logs.diagnosis import Diagnosis, EvidenceLine, Finding
+from activities.logs.signature_types import CATEGORIES, Category, Role
 from workers import cli
 from workers.bench.detection import CorpusCase, CorpusError, format_report, load_corpus, score
 from workflows.domain.incident import FailureClass

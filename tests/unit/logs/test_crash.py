@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from activities.logs import crash
-from activities.logs.crash import CRASH_RULES, CrashFinding, Role, classify, scan, to_evidence
+from activities.logs.crash import CRASH_RULES, CrashFinding, LineReader, classify, scan, to_evidence, to_findings
+from activities.logs.signature_types import Role
 from activities.logs.tail import LogLine, LogTail, rank_token, split_prefix
 from workflows.domain.findings import FindingKind
 from workflows.domain.incident import EvidenceSource, FailureClass
@@ -423,3 +424,38 @@ def test_public_api() -> None:
     assert sorted(crash.__all__) == list(crash.__all__)
     for name in crash.__all__:
         assert hasattr(crash, name), name
+
+
+def test_the_reader_keeps_a_tracebacks_context_per_file_and_rank() -> None:
+    """One reader for the watch, the attribution activity and ``rebound diagnose``: a destructor's ignored exception
+    and a traceback's source lines are not crashes, for any of them."""
+    ignored = [
+        "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f11c2a3e8b0>",
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 1478, in __del__',
+        "    self._shutdown_workers()",
+        "AttributeError: '_MultiProcessingDataLoaderIter' object has no attribute '_workers_status'",
+    ]
+    assert scan([_line(text) for text in ignored]) == []
+    assert [f.exception for f in scan([_line(text) for text in ignored[1:]])] == ["AttributeError"]
+    # Another rank's lines in between keep their own context.
+    other = _line("KeyError: 'x'", rank=1)
+    found = scan([_line(ignored[0], rank=0), other, *(_line(t, rank=0) for t in ignored[1:])])
+    assert [(f.rank, f.exception) for f in found] == [(1, "KeyError")]
+    # Read across two batches by one reader, the context carries over.
+    reader = LineReader()
+    assert reader.scan([_line(t) for t in ignored[:2]]) == [] and reader.scan([_line(t) for t in ignored[2:]]) == []
+
+
+def test_to_findings_drops_context_and_numbers_in_reading_order() -> None:
+    found = scan(
+        [
+            _line("slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT 2026-11-30T03:47:28 DUE TO JOB REQUEUE ***"),
+            _line("srun: error: n2: tasks 0-1: Exited with exit code 1"),
+        ]
+    )
+    findings = to_findings(found, start_order=5)
+    assert [(f.kind, f.rank, f.node, f.order) for f in findings] == [
+        (FindingKind.RANK_EXIT, 0, "n2", 5),
+        (FindingKind.RANK_EXIT, 1, "n2", 6),
+    ]

@@ -11,16 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from activities.logs.diagnose import (
-    MAX_EVIDENCE,
-    Diagnoser,
-    Diagnosis,
-    diagnose_text,
-    file_rank,
-    normalize_gpu,
-    read_lines,
-)
-from activities.logs.signatures import Category, Role
+from activities.logs.diagnose import MAX_EVIDENCE, Diagnoser, diagnose_text
+from activities.logs.diagnosis import Diagnosis, normalize_gpu
+from activities.logs.signature_types import Category, Role
+from activities.logs.streams import file_rank, read_lines
 from workers import cli
 from workflows.domain.incident import FailureClass
 
@@ -229,6 +223,31 @@ def test_demo_gpu_fault_and_user_bug_logs() -> None:
     bug = read("demo-user-bug-rank-1.log")
     assert (bug.category, bug.restartable) == (C.USER_EXCEPTION, False)
     assert read("lab-requeue-batch.log").category is C.NONE
+
+
+def test_the_root_cause_is_named_among_what_the_live_attribution_rests_on() -> None:
+    """``rebound diagnose`` runs the live recovery's attribution on the logs and names its root cause among the
+    findings that attribution rests on: a CUDA error beats the code's exception logged before it, as live."""
+    d = diagnose_text(
+        "[rank1]: FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/step-9'\n"
+        "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "srun: error: n2: task 3: Exited with exit code 1"
+    )
+    assert d.attribution is not None and d.attribution.cause == "cuda-error"
+    assert d.attribution.implicated_ranks == (3,) and d.attribution.implicated_nodes == ("n2",)
+    assert d.category is C.CUDA_ILLEGAL_ADDRESS and d.primary is not None and d.primary.rank == 3
+    # The demo's crash: rank 1 exited on its own, rank 0 only lost its peer. Live, rank 1's node is blamed; the
+    # category stays the more specific report, since an exit says that a process ended, not why.
+    demo = Diagnoser()
+    for name in ("demo-crash-rank-0.log", "demo-crash-rank-1.log"):
+        with (DATA / name).open("rb") as f:
+            demo.feed(str(DATA / name), read_lines(f))
+    r = demo.result()
+    assert r.attribution is not None and (r.attribution.implicated_ranks, r.attribution.implicated_nodes) == (
+        (1,),
+        ("n2",),
+    )
+    assert diagnose_text("step 1 loss 2.0").attribution is None
 
 
 # ----- bounds and reading ---------------------------------------------------------------------------------------

@@ -9,16 +9,9 @@ from typing import Any
 
 import pytest
 
-from activities.logs.signatures import (
-    CATEGORIES,
-    SIGNATURES,
-    Category,
-    Role,
-    Signature,
-    extract,
-    match,
-    prepare,
-)
+from activities.logs.signature_fields import extract
+from activities.logs.signature_types import CATEGORIES, Category, Role, Signature
+from activities.logs.signatures import SIGNATURES, match, prepare
 from workflows.domain.findings import FindingKind
 
 with warnings.catch_warnings():

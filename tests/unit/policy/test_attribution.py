@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from workflows.domain.findings import FindingKind
 from workflows.domain.fleet import FleetPolicy
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.incident import FailureClass, LogFinding
-from workflows.policy.attribution import AttributionFacts, attribute, block_rank_layout
+from workflows.policy.attribution import AttributionFacts, attribute, block_rank_layout, deciding_findings
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 NODES = ("n1", "n2")
@@ -124,3 +125,26 @@ def test_cuda_out_of_memory_is_the_programs_fault() -> None:
                      text="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")  # fmt: skip
     a = attribute(facts(findings=[oom]))
     assert a.failure_class is FailureClass.USER and not a.retryable and a.implicated_nodes == ()
+
+
+def test_deciding_findings_are_the_evidence_of_the_rule_that_decided() -> None:
+    oom = LogFinding(kind=FindingKind.CUDA_ERROR, rank=1, culprit=True, failure_class=FailureClass.USER, order=1)
+    exc = LogFinding(kind=FindingKind.PYTHON_EXCEPTION, rank=2, culprit=True, exception="KeyError", order=0)
+    cuda = LogFinding(kind=FindingKind.CUDA_ERROR, rank=3, culprit=True, failure_class=FailureClass.HARDWARE, order=2)
+    victim = LogFinding(kind=FindingKind.COMM_ERROR, rank=0, order=3)
+    assert deciding_findings(facts(findings=[oom, exc, cuda, victim])) == (cuda,)
+    assert deciding_findings(facts(findings=[oom, exc, victim])) == (exc, oom)
+    assert deciding_findings(facts(findings=[victim])) == ()
+    # A GPU agent's fault or a dead node decides before any log line does.
+    xid = GpuEvent(kind=GpuEventKind.XID, host="n2", index=1, xid=79)
+    assert deciding_findings(facts(findings=[cuda], gpu_events=[xid])) == ()
+    assert deciding_findings(facts(findings=[cuda], unresponsive_nodes=["n1"])) == ()
+
+
+def test_facts_from_findings_place_ranks_and_failed_nodes() -> None:
+    lost = LogFinding(kind=FindingKind.NODE_FAILURE, node="n2", culprit=True)
+    task = LogFinding(kind=FindingKind.RANK_EXIT, rank=0, node="n2", culprit=True, order=1)
+    built = AttributionFacts.from_findings(NODES, 4, [lost, task], ranks_logging={3, 1})
+    assert built.rank_nodes == {0: "n2", 1: "n1", 2: "n2", 3: "n2"}  # rank 0's own line names its node
+    assert (list(built.node_failure_nodes), list(built.ranks_logging)) == (["n2"], [1, 3])
+    assert attribute(built).cause == "node-failure"
