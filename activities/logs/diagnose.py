@@ -1,9 +1,9 @@
 """Root cause of a failed job from its logs: every line through the live detector's reader, then one verdict. Pure.
 
-``Diagnoser`` is fed lines, one file (or stdin) at a time. Each line goes through ``activities.logs.crash.
-LineReader``, the reader the live watch and the attribution activity use (the signature library, with its
-multi-line context: a traceback's source lines are code, a destructor's ``Exception ignored in:`` traceback is not
-the job's error). The findings go two ways:
+``Diagnoser`` is fed lines, one file (or stdin) at a time. Each line goes through ``crash.LineReader``, the reader
+the live watch and the attribution activity use (the signature library, with its multi-line context: a traceback's
+source lines are code, a destructor's ``Exception ignored in:`` traceback is not the job's error). The findings go
+two ways:
 
 * as the live path's findings, to ``workflows.policy.attribution``: ``attribute`` is what a live recovery concludes
   from these logs alone (``Diagnosis.attribution``), and ``deciding_findings`` is the evidence that conclusion rests

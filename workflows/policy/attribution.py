@@ -16,6 +16,10 @@ Rules, strongest first (the first that applies decides; the rest of the evidence
 8. Only victims, and ranks that went silent without a word: the node of the silent ranks, low confidence (below
    the Fleet's approval threshold: excluded from the job's next placement, drained only with an operator's yes).
 9. Nothing conclusive: unknown; restart without excluding anyone.
+
+One engine for every caller: the ``attribute_failure`` activity, ``rebound bench attribution`` and
+``rebound diagnose`` build their facts with ``AttributionFacts.from_findings`` and call ``attribute``;
+``deciding_findings`` names the log findings rules 3-6 rest on (``rebound diagnose`` names its root cause among them).
 """
 
 from __future__ import annotations
