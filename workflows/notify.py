@@ -27,9 +27,16 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.notify import NotifyActivities
-    from workflows.domain.notify import Notification, NotifyFailure, NotifyResult
+    from workflows.domain.notify import (
+        Notification,
+        NotificationKind,
+        NotifyFailure,
+        NotifyField,
+        NotifyResult,
+        Severity,
+    )
 
-__all__ = ["NOTIFY", "notify"]
+__all__ = ["NOTIFY", "job_notification", "notify"]
 
 #: One try runs at most ``notify.max_attempts`` requests of ``notify.timeout_s`` (<= 30 s) plus short backoffs;
 #: Temporal adds one retry (another worker, if this one died), never a third: a notification is worth minutes at most.
@@ -42,6 +49,21 @@ NOTIFY: dict[str, Any] = {
         non_retryable_error_types=[NotifyFailure.WEBHOOK_REJECTED.value],
     ),
 }
+
+
+def job_notification(
+    kind: NotificationKind, *, job_id: int, cluster: str, title: str, text: str, severity: Severity, **fields: str
+) -> Notification:
+    """A notification about one job, cut to what the model takes (the title, each field) and a readable length."""
+    return Notification(
+        kind=kind,
+        job_id=job_id,
+        cluster=cluster,
+        title=title[:300],
+        text=text[:2000],
+        severity=severity,
+        fields=tuple(NotifyField(key=k, value=v[:2000]) for k, v in fields.items()),
+    )
 
 
 async def notify(n: Notification, *, wait: timedelta | None = None) -> None:

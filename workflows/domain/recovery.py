@@ -4,15 +4,32 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from workflows.domain.base import Frozen
-from workflows.domain.hang import HangPolicy
-from workflows.domain.incident import Incident, TimelineEntry
+from workflows.domain.fleet import IsolationDecision
+from workflows.domain.gpu import GpuEvent
+from workflows.domain.hang import HangPolicy, HangVerdict
+from workflows.domain.incident import Anomaly, Incident, TimelineEntry
+from workflows.domain.notify import Notification
 from workflows.domain.progress import ProgressState
 from workflows.domain.slurm import JobState, SlurmJob
-from workflows.domain.straggler import StragglerPolicy
+from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
+
+#: Incidents kept in state across continue-as-new (older ones stay in the previous runs' histories); the Fleet's
+#: answers are kept for as many requests, the newest (a late approval of an older one is in the Fleet's state).
+MAX_CARRIED_INCIDENTS = 20
+#: Timeline entries kept (the newest): the status query and the Temporal UI show the recent story.
+MAX_TIMELINE = 200
+#: Signalled GPU events remembered to drop an agent's re-sends; a re-send older than this many is long attributed.
+MAX_SEEN_GPU_EVENTS = 256
+#: Signalled GPU events waiting for attribution (the first ones of a storm: the same XID again adds nothing).
+MAX_PENDING_GPU_EVENTS = 64
+
+#: What tells two signalled GPU events apart: host, GPU index, XID, the agent's sequence number.
+GpuEventKey = tuple[str, int | None, int | None, int]
 
 
 class RecoveryState(StrEnum):
@@ -82,10 +99,22 @@ class JobRecoveryInput(Frozen):
     detection: DetectionPolicy = DetectionPolicy()
     fleet_answer_timeout_s: float = Field(3600.0, gt=0)
     """How long to wait for the Fleet's answer (it may wait for an operator); then act as in observe mode."""
-    carried: JobRecoveryStatus | None = None
-    """State carried across continue-as-new; None for a fresh start."""
-    carried_progress: ProgressState | None = None
-    """What the watch learned about the ranks' progress (step times, silences), carried across continue-as-new."""
+    carried: JobRecoveryState | None = None
+    """The whole state carried across continue-as-new; None for a fresh start."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_status_and_progress(cls, data: Any) -> Any:
+        """Read an input written before the state was one model: ``carried`` (the status) + ``carried_progress``.
+
+        Runs continued-as-new by the previous version, and their recorded histories, start with that shape.
+        """
+        if isinstance(data, dict) and "carried_progress" in data:
+            data = dict(data)
+            progress = data.pop("carried_progress")
+            status = data.get("carried")
+            data["carried"] = None if status is None else {"status": status, "progress": progress}
+        return data
 
 
 class JobRecoveryStatus(Frozen):
@@ -112,6 +141,36 @@ class JobRecoveryStatus(Frozen):
     """When the job's current attempt started running: GPU events from before it are not this attempt's."""
     paused_by: str = ""
     """Set while an operator paused monitoring (``rebound pause JOB``): nothing is watched or done until resumed."""
+
+
+class JobRecoveryState(Frozen):
+    """Everything one JobRecovery knows, carried whole across continue-as-new (``job_recovery.state.carry``).
+
+    What grows is bounded: incidents and the Fleet's answers (``MAX_CARRIED_INCIDENTS``), the timeline
+    (``MAX_TIMELINE``), signalled GPU events (``MAX_PENDING_GPU_EVENTS``, ``MAX_SEEN_GPU_EVENTS``).
+    """
+
+    status: JobRecoveryStatus
+    progress: ProgressState | None = None
+    """What the watch learned about the ranks' progress (step times, silences)."""
+    hang: HangVerdict | None = None
+    """The verdict behind the watch's last hang anomaly (or its last look)."""
+    stragglers: StragglerVerdict | None = None
+    """The verdict behind the watch's last straggler anomaly (or its last look)."""
+    reported_stragglers: tuple[str, ...] = ()
+    """Nodes already reported as stragglers in this attempt of the job (not reported again until a restart)."""
+    gpu_events: tuple[GpuEvent, ...] = ()
+    """GPU faults signalled by node agents, not yet attributed."""
+    seen_gpu_events: tuple[GpuEventKey, ...] = ()
+    """Keys of the signalled GPU events taken so far, newest last: a re-sent event is taken once."""
+    decisions: tuple[IsolationDecision, ...] = ()
+    """The Fleet's answers to this job's isolation requests (the latest word per request), newest last."""
+    next_anomaly: Anomaly | None = None
+    """Hand-over from one incident to the next: the restarted job failed again before it trained."""
+    last_job: SlurmJob | None = None
+    """The job as the last incident left it (verification's observation)."""
+    pending_notes: tuple[Notification, ...] = ()
+    """Notifications decided in synchronous code (the end of the run), sent before the run returns."""
 
 
 class JobRecoveryResult(Frozen):

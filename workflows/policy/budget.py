@@ -14,3 +14,8 @@ def backoff_s(restarts_used: int) -> float:
 
 def budget_left(restarts_used: int, budget: int) -> int:
     return max(budget - restarts_used, 0)
+
+
+def budget_spent(restarts_used: int, budget: int) -> bool:
+    """Whether the job has no automatic restart left (a budget of 0 means: never restart, only record)."""
+    return budget_left(restarts_used, budget) == 0

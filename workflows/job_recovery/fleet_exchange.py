@@ -1,0 +1,78 @@
+"""JobRecovery's exchange with its cluster's Fleet, the single writer of node quarantine.
+
+The job asks (an activity that signals the Fleet), the Fleet answers with the ``isolation_decided`` signal; the
+workflow keeps the answers in its state and these helpers wait for the one they need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.fleet import FleetActivities
+    from workflows.domain.fleet import IsolationDecision, IsolationRequest
+    from workflows.domain.incident import Attribution, Incident
+    from workflows.options import FLEET_REQUEST
+    from workflows.policy.recovery import fleet_silent
+
+__all__ = ["await_decision", "isolation_request", "request_id", "send_request"]
+
+
+def request_id(workflow_id: str, number: int) -> str:
+    """One incident's isolation request: a repeated request gets the same decision."""
+    return f"{workflow_id}/incident-{number}"
+
+
+def isolation_request(
+    *,
+    workflow_id: str,
+    job_id: int,
+    partition: str,
+    incident: Incident,
+    attribution: Attribution,
+    restart_number: int,
+    now: datetime,
+) -> IsolationRequest:
+    """The request for one incident: drain the implicated nodes, restart the job (its ``restart_number``-th)."""
+    return IsolationRequest(
+        request_id=request_id(workflow_id, incident.number),
+        reply_to=workflow_id,
+        job_id=job_id,
+        partition=partition,
+        incident=incident.id,
+        cause=attribution.cause,
+        failure_class=attribution.failure_class.value,
+        confidence=attribution.confidence,
+        nodes=attribution.implicated_nodes,
+        restart_number=restart_number,
+        requested_at=now,
+    )
+
+
+async def send_request(req: IsolationRequest) -> None:
+    """Hand the request to the Fleet (it answers by signal, possibly after an operator's approval)."""
+    await workflow.execute_activity_method(
+        FleetActivities.request_isolation,
+        req,
+        summary=f"Ask the Fleet: {req.cause} on {','.join(req.nodes) or 'no node'}",
+        **FLEET_REQUEST,
+    )
+
+
+async def await_decision(
+    req: IsolationRequest, answer: Callable[[], IsolationDecision | None], *, timeout_s: float, number: int
+) -> IsolationDecision:
+    """The Fleet's answer to ``req`` (``answer`` reads it from the workflow's state); none in time: observe mode."""
+    try:
+        await workflow.wait_condition(
+            lambda: answer() is not None,
+            timeout=timeout_s,
+            timeout_summary=f"the Fleet's answer to incident {number} (may wait for an operator)",
+        )
+    except TimeoutError:
+        return fleet_silent(req.request_id, timeout_s)
+    decision = answer()
+    return decision if decision is not None else fleet_silent(req.request_id, timeout_s)  # None: not after the wait

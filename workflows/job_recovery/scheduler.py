@@ -1,0 +1,104 @@
+"""JobRecovery's calls about the job itself: look it up, watch it, requeue it, wait for it to train again.
+
+Each starts one activity (the scheduler adapter and the log watch do the I/O); the workflow records the results.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.slurm.actions import SlurmActionActivities
+    from activities.slurm.activities import SlurmActivities
+    from activities.watch import WatchActivities
+    from workflows.domain.loop import (
+        JobWatchInput,
+        JobWatchResult,
+        RequeueInput,
+        RequeueResult,
+        WaitResumeInput,
+        WaitResumeResult,
+    )
+    from workflows.domain.recovery import JobRecoveryInput, JobRecoveryState, ObserveJobInput, ObserveJobResult
+    from workflows.domain.slurm import SlurmJob
+    from workflows.options import CLUSTER_ACTION, JOB_WATCH, SCHEDULER_READ, WAIT_RESUME
+    from workflows.policy.recovery import hang_policy
+
+__all__ = ["observe_job", "requeue", "start_watch", "wait_resume", "watch_input"]
+
+
+async def observe_job(job_id: int) -> SlurmJob | None:
+    """The scheduler's current word on the job; None when it does not list it."""
+    first: ObserveJobResult = await workflow.execute_activity_method(
+        SlurmActivities.observe_job,
+        ObserveJobInput(job_id=job_id),
+        summary=f"Look up Slurm job {job_id}",
+        **SCHEDULER_READ,
+    )
+    return first.job
+
+
+def watch_input(inp: JobRecoveryInput, state: JobRecoveryState, job: SlurmJob) -> JobWatchInput:
+    """What the watch needs to pick up where the last one stopped: log offsets, progress, what was reported."""
+    return JobWatchInput(
+        job_id=inp.job_id,
+        log_patterns=inp.spec.logs,
+        offsets=state.status.log_offsets,
+        poll_interval_s=inp.poll_interval_s,
+        last_state=job.state,
+        last_restart_count=job.restart_count,
+        heartbeat_patterns=inp.spec.heartbeat,
+        progress=state.progress,
+        hang=hang_policy(inp.detection, inp.spec),
+        stragglers=inp.detection.stragglers,
+        straggler_action=inp.spec.stragglers,
+        reported_straggler_nodes=state.reported_stragglers,
+    )
+
+
+def start_watch(watch: JobWatchInput, job: SlurmJob) -> workflow.ActivityHandle[JobWatchResult]:
+    """The heartbeating watch (scheduler, rank logs, progress) until a change or an anomaly; cancellable."""
+    return workflow.start_activity_method(
+        WatchActivities.watch,
+        watch,
+        summary=f"Watch job {watch.job_id} ({job.state.value}): scheduler, rank logs, progress",
+        **JOB_WATCH,
+    )
+
+
+async def requeue(
+    job_id: int, *, exclude: tuple[str, ...], expected_restarts: int, previous_nodes: tuple[str, ...], key: str
+) -> RequeueResult:
+    """Requeue the job without ``exclude`` (idempotent by ``key`` and the restart count it expects)."""
+    return await workflow.execute_activity_method(
+        SlurmActionActivities.requeue_job,
+        RequeueInput(
+            job_id=job_id,
+            exclude=exclude,
+            expected_restart_count=expected_restarts,
+            previous_nodes=previous_nodes,
+            key=key,
+        ),
+        summary=f"Requeue job {job_id} excluding {','.join(exclude) or 'nobody'}",
+        **CLUSTER_ACTION,
+    )
+
+
+async def wait_resume(
+    inp: JobRecoveryInput, *, offsets: dict[str, int], expected_restarts: int, not_before: datetime | None
+) -> WaitResumeResult:
+    """Wait for the restarted job to log a training step (or to fail again, be cancelled, vanish)."""
+    return await workflow.execute_activity_method(
+        WatchActivities.wait_resume,
+        WaitResumeInput(
+            job_id=inp.job_id,
+            log_patterns=inp.spec.logs,
+            offsets=offsets,
+            expected_restart_count=expected_restarts,
+            not_before=not_before,
+        ),
+        summary=f"Wait for job {inp.job_id} to train again",
+        **WAIT_RESUME,
+    )

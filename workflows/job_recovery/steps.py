@@ -1,0 +1,262 @@
+"""One incident's steps, in the order JobRecovery takes them: detect, attribute, announce, isolate, restart, verify.
+
+Each step starts its activities (through ``evidence``, ``fleet_exchange``, ``scheduler``), asks
+``workflows.policy.recovery`` what follows, and records through the ``Recorder``. The order of activities, timers
+and upserts in here is what running workflows replay against (see the workflow's module docstring).
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows import metrics
+    from workflows.constants import RESTART_COUNT
+    from workflows.domain.fleet import IsolationDecision
+    from workflows.domain.incident import ActionKind, ActionRecord, Anomaly, AnomalyKind, Attribution, LogFinding
+    from workflows.domain.loop import AttributeInput
+    from workflows.domain.notify import NotificationKind, Severity
+    from workflows.domain.recovery import JobRecoveryResult, RecoveryState
+    from workflows.domain.slurm import JobState, SlurmJob
+    from workflows.job_recovery import evidence, fleet_exchange, ledger, scheduler, state
+    from workflows.job_recovery.recorder import Recorder
+    from workflows.policy.budget import backoff_s
+    from workflows.policy.implicit import attribute_straggler
+    from workflows.policy.recovery import (
+        Ending,
+        after_observe,
+        after_requeue,
+        after_resume,
+        attempt_gpu_events,
+        requeue_refused,
+        straggler_choice,
+        throttled_gpus,
+    )
+    from workflows.policy.stacks import describe_stacks
+
+__all__ = ["announce", "attribute", "detect", "isolate", "judge_straggler", "observed", "restart", "verify"]
+
+
+async def detect(rec: Recorder, job: SlurmJob, anomaly: Anomaly) -> int:
+    """Open the incident; for a hang, take every rank's evidence before anything kills it. Returns its number."""
+    status, number = ledger.open_incident(
+        rec.status,
+        anomaly=anomaly,
+        hang=rec.state.hang if anomaly.kind is AnomalyKind.HANG else None,
+        stragglers=rec.state.stragglers if anomaly.kind is AnomalyKind.STRAGGLER else None,
+    )
+    rec.set_status(status)
+    rec.set_state(RecoveryState.DETECTED, anomaly.summary, number)
+    if anomaly.kind is AnomalyKind.HANG:
+        nodes = job.nodes or rec.status.nodes
+        rec.record("EVIDENCE", f"dumping the stacks of every rank on {', '.join(nodes) or '-'}", number)
+        found = await evidence.hang_evidence(rec.inp.job_id, nodes, rec.inp.detection.stack_dump_timeout_s)
+        rec.record("EVIDENCE", found.detail, number)
+        rec.set_status(
+            ledger.add_hang_evidence(
+                rec.status, number, stacks=found.stacks, processes=found.processes, odd_ranks=found.odd_ranks
+            )
+        )
+    return number
+
+
+async def attribute(
+    rec: Recorder, job: SlurmJob, anomaly: Anomaly, findings: tuple[LogFinding, ...], number: int
+) -> tuple[Attribution, JobState | None]:
+    """Who is to blame, from the logs, the nodes' GPU reads and the incident's evidence; and the job's state."""
+    nodes = job.nodes or rec.status.nodes
+    rec.state, signalled = state.take_gpu_events(rec.state)
+    reports = await evidence.read_all_gpus(nodes)
+    start = job.start_time or rec.status.running_since or anomaly.observed_at
+    incident = rec.incident(number)
+    result = await evidence.attribute(
+        AttributeInput(
+            job_id=rec.inp.job_id,
+            anomaly=anomaly,
+            job_nodes=nodes,
+            task_count=job.task_count,
+            log_patterns=rec.inp.spec.logs,
+            offsets=rec.status.log_offsets,
+            findings=findings,
+            gpu_events=attempt_gpu_events(anomaly, signalled, reports, start),
+            hang=incident.hang,
+            odd_ranks=incident.odd_ranks,
+            processes=incident.processes,
+            stack_summary=describe_stacks(incident.stacks) if incident.stacks else "",
+        )
+    )
+    rec.update_status(log_offsets=result.offsets)
+    return result.attribution, result.job_state
+
+
+async def announce(rec: Recorder, number: int, anomaly: Anomaly, attribution: Attribution) -> None:
+    """The attribution in the timeline, the search attributes, the metrics and a notification."""
+    rec.set_state(
+        RecoveryState.ATTRIBUTED,
+        f"{attribution.failure_class.value}/{attribution.cause} "
+        f"nodes={','.join(attribution.implicated_nodes) or '-'} confidence={attribution.confidence:.2f}: "
+        f"{attribution.explanation}",
+        number,
+    )
+    rec.upsert_cause(attribution)
+    metrics.record_incident(rec.incident(number))
+    await rec.tell(
+        NotificationKind.INCIDENT,
+        f"Job {rec.inp.job_id}: {attribution.cause} ({attribution.failure_class.value})",
+        f"{anomaly.summary}\n{attribution.explanation}",
+        Severity.WARNING,
+        nodes=", ".join(attribution.implicated_nodes) or "-",
+        confidence=f"{attribution.confidence:.2f}",
+    )
+
+
+async def isolate(rec: Recorder, number: int, job: SlurmJob, attribution: Attribution) -> IsolationDecision:
+    """Ask the cluster's Fleet to drain the implicated nodes and restart; wait for (and record) its answer."""
+    nodes = ", ".join(attribution.implicated_nodes) or "nothing"
+    rec.set_state(RecoveryState.ISOLATING, f"asking the Fleet: drain {nodes}, restart", number)
+    req = fleet_exchange.isolation_request(
+        workflow_id=workflow.info().workflow_id,
+        job_id=rec.inp.job_id,
+        partition=job.partition,
+        incident=rec.incident(number),
+        attribution=attribution,
+        restart_number=rec.status.restarts_used + 1,
+        now=workflow.now(),
+    )
+    if state.decision_for(rec.state, req.request_id) is None:
+        await fleet_exchange.send_request(req)
+        rec.record("FLEET", f"asked (request {req.request_id})", number)
+    decision = await fleet_exchange.await_decision(
+        req,
+        lambda: state.decision_for(rec.state, req.request_id),
+        timeout_s=rec.inp.fleet_answer_timeout_s,
+        number=number,
+    )
+    rec.record_decision(number, decision)
+    return decision
+
+
+def observed(rec: Recorder, number: int, job: SlurmJob, decision: IsolationDecision) -> JobRecoveryResult | None:
+    """Observe mode: the decision is recorded; nothing is drained or restarted."""
+    then = after_observe(decision, job.state, rec.status.job_state)
+    rec.set_status(ledger.set_outcome(rec.status, number, then.outcome))
+    if then.ending is not None:
+        return rec.end(then.ending)
+    # Still running (a hang, a silent fault): do not report the same silence again at once.
+    rec.state = state.restart_hang_clock(rec.state, workflow.now())
+    rec.set_state(RecoveryState.WATCHING, then.note, number)
+    return None
+
+
+async def restart(rec: Recorder, number: int, job: SlurmJob, exclude: tuple[str, ...], expected: int) -> Ending | None:
+    """Back off, requeue without ``exclude``; an ending when the requeue is refused or the job was cancelled."""
+    pause = backoff_s(rec.status.restarts_used)
+    backoff = f" after {pause:.0f} s backoff" if pause else ""
+    rec.set_state(RecoveryState.RESTARTING, f"requeue excluding {','.join(exclude) or '-'}{backoff}", number)
+    if pause:
+        await workflow.sleep(pause, summary=f"backoff before restart {rec.status.restarts_used + 1}")
+    try:
+        await _requeue(rec, number, job, exclude, expected)
+    except ActivityError as e:
+        # Permanent refusals (a --no-requeue job, a job Slurm forgot): say so instead of failing the workflow.
+        cause = e.cause
+        kind = cause.type if isinstance(cause, ApplicationError) else type(cause).__name__
+        return requeue_refused(str(kind), str(cause))
+    stop = after_requeue(rec.status.job_state)
+    if stop is None:
+        rec.state = state.new_attempt(rec.state, workflow.now())
+    return stop
+
+
+async def _requeue(rec: Recorder, number: int, job: SlurmJob, exclude: tuple[str, ...], expected: int) -> None:
+    """Record the requeue (and reserve the restart), do it, record what the scheduler verified."""
+    key = f"{workflow.info().workflow_id}/incident-{number}/requeue"
+    decided = ActionRecord(key=key, kind=ActionKind.REQUEUE, target=str(rec.inp.job_id), decided_at=workflow.now())
+    rec.set_status(ledger.add_action(rec.status, number, decided))
+    # Reserve the restart before acting: a crash after this line never grants a free extra restart.
+    rec.update_status(restarts_used=rec.status.restarts_used + 1)
+    rec.record("REQUEUE", f"decided (key {key}), restart {rec.status.restarts_used}", number)
+    done = await scheduler.requeue(
+        rec.inp.job_id,
+        exclude=exclude,
+        expected_restarts=expected,
+        previous_nodes=job.nodes or rec.status.nodes,
+        key=key,
+    )
+    verified = decided.model_copy(
+        update={
+            "verified_at": done.verified_at,
+            "result": f"{done.state.value} restart {done.restart_count} excluded {','.join(done.excluded_nodes)}",
+        }
+    )
+    rec.update_status(restart_count=done.restart_count, job_state=done.state)
+    workflow.upsert_search_attributes([RESTART_COUNT.value_set(done.restart_count)])
+    rec.record("REQUEUED", verified.result, number)
+    rec.set_status(ledger.mark_restarted(ledger.replace_action(rec.status, number, verified), number, done.verified_at))
+
+
+async def verify(
+    rec: Recorder, number: int, attribution: Attribution, decision: IsolationDecision
+) -> JobRecoveryResult | None:
+    """Wait for the restarted job to train; a job that fails again first hands its anomaly to the next incident."""
+    rec.set_state(RecoveryState.VERIFYING, "waiting for the job to log a training step", number)
+    resumed = await scheduler.wait_resume(
+        rec.inp,
+        offsets=rec.status.log_offsets,
+        expected_restarts=rec.status.restart_count,
+        not_before=rec.incident(number).restarted_at,
+    )
+    rec.update_status(log_offsets=resumed.offsets)
+    if resumed.job is not None:
+        rec.observe(resumed.job)
+        rec.update(last_job=resumed.job)
+    then = after_resume(resumed)
+    if then.ending is not None:
+        return rec.end(then.ending, number)
+    if then.failed_again is not None:
+        rec.set_status(ledger.set_outcome(rec.status, number, then.outcome))
+        rec.update(next_anomaly=then.failed_again)
+        return None
+    where = f" from {resumed.checkpoint}" if resumed.checkpoint else ""
+    metrics.record_restart(attribution.cause)
+    metrics.record_recovery_action(rec.incident(number))
+    await rec.tell(
+        NotificationKind.RESUMED,
+        f"Job {rec.inp.job_id} trains again",
+        f"step {resumed.step}{where}, excluding {', '.join(decision.exclude) or 'no node'}",
+        Severity.INFO,
+    )
+    status = ledger.mark_resumed(rec.status, number, resumed.observed_at, resumed.checkpoint)
+    rec.set_status(ledger.set_outcome(status, number, then.outcome))
+    rec.set_state(RecoveryState.WATCHING, f"training again at step {resumed.step}{where}", number)
+    return None
+
+
+async def judge_straggler(rec: Recorder, anomaly: Anomaly) -> Attribution | None:
+    """Record a straggler incident; return its attribution only when the policy says to restart elsewhere."""
+    verdict = rec.state.stragglers
+    if verdict is None:
+        return None
+    nodes = tuple(n.node for n in verdict.nodes if n.node)
+    reported = tuple(sorted({*rec.state.reported_stragglers, *nodes}))
+    rec.update(reported_stragglers=reported)
+    reports = await evidence.read_all_gpus(nodes)
+    attribution = attribute_straggler(verdict, throttled_gpus(nodes, reports))
+    choice = straggler_choice(verdict, rec.inp.spec.stragglers, rec.inp.detection)
+    if choice.restart:
+        return attribution
+    status, number = ledger.open_incident(
+        rec.status, anomaly=anomaly, attribution=attribution, stragglers=verdict, outcome=choice.outcome
+    )
+    rec.set_status(status)
+    rec.record("STRAGGLER", f"{attribution.explanation}", number)
+    metrics.record_incident(rec.incident(number))
+    await rec.tell(
+        NotificationKind.STRAGGLER,
+        f"Job {rec.inp.job_id}: straggler on {', '.join(attribution.implicated_nodes) or '?'}",
+        attribution.explanation,
+        Severity.INFO,
+    )
+    rec.upsert_cause(attribution)
+    return None

@@ -1,0 +1,221 @@
+"""JobRecovery: one durable workflow per monitored job (id ``rebound/{cluster}/job/{job_id}``).
+
+WATCHING -> DETECTED -> ATTRIBUTED -> ISOLATING -> RESTARTING -> VERIFYING -> WATCHING, ending FINISHED or GAVE_UP.
+This class only sequences: the incident's ``steps`` start activities (through ``scheduler``, ``evidence``,
+``fleet_exchange``), ``workflows.policy.recovery`` decides every branch, and the ``Recorder`` holds the one
+``JobRecoveryState``, changed through the pure ``ledger`` and ``state`` functions and carried whole across
+continue-as-new. Every action is recorded (with its idempotency key) before it is taken, and every activity is
+idempotent, so a crash of the worker or of the Temporal server at any point leads to the action being done once.
+
+The order of activities, timers and search-attribute upserts is what running workflows replay against: change
+it only the way the replay ADR says (``workflow.patched``), never by moving a call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.constants import JOB_ID
+    from workflows.domain.fleet import IsolationDecision
+    from workflows.domain.gpu import GpuEvent
+    from workflows.domain.incident import Anomaly, AnomalyKind, Attribution, LogFinding
+    from workflows.domain.loop import WatchOutcome
+    from workflows.domain.recovery import (
+        JobRecoveryInput,
+        JobRecoveryResult,
+        JobRecoveryStatus,
+        PauseRequest,
+        RecoveryState,
+    )
+    from workflows.domain.slurm import JobState, SlurmJob
+    from workflows.job_recovery import ledger, scheduler, state, steps
+    from workflows.job_recovery.recorder import Recorder
+    from workflows.notify import notify
+    from workflows.policy.recovery import (
+        cancelled_by_owner,
+        expected_restart_count,
+        give_up_before_isolating,
+        job_over,
+        restart_rejected,
+        scheduler_forgot,
+        unknown_job,
+    )
+
+#: What the watch hands over: the job as last seen, the anomaly (None: only a change), the log findings with it.
+Watched = tuple[SlurmJob, Anomaly | None, tuple[LogFinding, ...]]
+
+
+@workflow.defn(name="JobRecovery")
+class JobRecoveryWorkflow:
+    """Keeps one training job making progress."""
+
+    @workflow.init
+    def __init__(self, inp: JobRecoveryInput) -> None:
+        self._inp = inp
+        self._rec = Recorder(inp)
+
+    # ----- messages --------------------------------------------------------------------------------------------
+    @workflow.signal(description="A node agent saw a GPU fault (XID, lost GPU, DBE) on a node this job runs on.")
+    def gpu_fault_reported(self, event: GpuEvent) -> None:
+        self._rec.state = state.take_gpu_event(self._rec.state, event)
+
+    @workflow.signal(description="The Fleet's answer: nodes it drained, nodes to exclude, whether to act at all.")
+    def isolation_decided(self, decision: IsolationDecision) -> None:
+        if state.decision_for(self._rec.state, decision.request_id) is not None:
+            # A later word on an answered request: drains an operator approved, recorded in their incident (one
+            # carried out of the ledger by continue-as-new keeps its record in the Fleet's state).
+            number = state.incident_of_request(self._rec.state, decision.request_id)
+            if number is not None:
+                self._rec.record_decision(number, decision)
+        self._rec.state = state.take_decision(self._rec.state, decision)
+
+    @workflow.update(description="Pause monitoring: no watch, no action until resumed (rebound pause JOB).")
+    def pause(self, req: PauseRequest) -> JobRecoveryStatus:
+        self._rec.update_status(paused_by=req.operator)
+        self._rec.record("PAUSED", f"by {req.operator}" + (f": {req.note}" if req.note else ""))
+        return self._rec.status
+
+    @workflow.update(description="Resume monitoring after a pause (rebound resume JOB).")
+    def resume(self, req: PauseRequest) -> JobRecoveryStatus:
+        self._rec.update_status(paused_by="")
+        self._rec.record("RESUMED", f"monitoring resumed by {req.operator}" + (f": {req.note}" if req.note else ""))
+        return self._rec.status
+
+    @workflow.query(description="Where the job is in the recovery loop, with incidents and their timeline.")
+    def status(self) -> JobRecoveryStatus:
+        return self._rec.status
+
+    # ----- the loop ----------------------------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, inp: JobRecoveryInput) -> JobRecoveryResult:
+        result = await self._loop(inp)
+        for note in self._rec.state.pending_notes:
+            # A bounded head start: an activity still pending when the run completes would be dropped.
+            await notify(note, wait=timedelta(seconds=5))
+        return result
+
+    async def _loop(self, inp: JobRecoveryInput) -> JobRecoveryResult:
+        rec = self._rec
+        job = await self._observe_job()
+        if job is None:
+            return rec.end(unknown_job(inp.job_id))
+        if inp.carried is None:
+            rec.set_state(RecoveryState.WATCHING, f"watching job {inp.job_id} ({job.state.value})")
+        pending: Anomaly | None = None
+        findings: tuple[LogFinding, ...] = ()
+        while True:
+            if pending is None:
+                if workflow.info().is_continue_as_new_suggested():
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    workflow.continue_as_new(inp.model_copy(update={"carried": state.carry(rec.state)}))
+                over = job_over(job.state)
+                if over is not None:
+                    return rec.end(over)
+                if rec.status.paused_by:
+                    await workflow.wait_condition(lambda: not rec.status.paused_by)
+                    refreshed = await self._observe_job()
+                    if refreshed is None:
+                        return rec.end(scheduler_forgot())
+                    job = refreshed
+                    continue
+                watched = await self._watch(job)
+                if watched is None:
+                    return rec.end(scheduler_forgot())
+                job, pending, findings = watched
+                continue
+            preset: Attribution | None = None
+            if pending.kind is AnomalyKind.STRAGGLER:
+                preset = await steps.judge_straggler(rec, pending)
+                if preset is None:  # reported, not restarted
+                    pending = None
+                    continue
+            outcome = await self._recover(job, pending, findings, preset=preset)
+            if outcome is not None:
+                return outcome
+            # The restarted job failed again before it trained: the next incident starts at once.
+            pending, findings = rec.state.next_anomaly, ()
+            job = rec.state.last_job or job
+
+    async def _watch(self, job: SlurmJob) -> Watched | None:
+        """Wait for a change or an anomaly: the heartbeating watch, or a GPU fault signalled by a node agent."""
+        rec = self._rec
+        handle = scheduler.start_watch(scheduler.watch_input(self._inp, rec.state, job), job)
+        await workflow.wait_condition(lambda: handle.done() or bool(rec.state.gpu_events) or bool(rec.status.paused_by))
+        if not handle.done():
+            paused = bool(rec.status.paused_by)
+            handle.cancel()
+            with contextlib.suppress(ActivityError):  # TRY_CANCEL: resolves at once as cancelled
+                await handle
+            return (job, None, ()) if paused else (job, self._gpu_anomaly(), ())
+        result = await handle
+        rec.update_status(log_offsets=result.offsets)
+        progress = result.progress if result.progress is not None else rec.state.progress
+        rec.update(progress=progress, hang=result.hang, stragglers=result.stragglers)
+        if result.outcome is WatchOutcome.GONE or result.job is None:
+            return None
+        rec.observe(result.job, keep_nodes=result.outcome is WatchOutcome.ANOMALY)
+        if result.outcome is not WatchOutcome.CHANGED:
+            return result.job, result.anomaly, result.findings
+        if result.job.restart_count > job.restart_count:
+            rec.record("REQUEUED", f"requeued outside Rebound (restart {result.job.restart_count})")
+            rec.state = state.new_attempt(rec.state, workflow.now())
+        rec.record("CHANGED", f"job is {result.job.state.value} on {','.join(result.job.nodes) or '-'}")
+        return result.job, None, ()
+
+    def _gpu_anomaly(self) -> Anomaly:
+        """The signalled GPU faults as one anomaly, dated by the first."""
+        events = self._rec.state.gpu_events
+        first = events[0]
+        return Anomaly(
+            kind=AnomalyKind.GPU_FAULT,
+            observed_at=first.observed_at or workflow.now(),
+            summary=f"{first.kind.value} on {first.host} GPU {first.index}"
+            + (f" (XID {first.xid})" if first.xid else ""),
+            gpu_events=events,
+        )
+
+    async def _recover(
+        self, job: SlurmJob, anomaly: Anomaly, findings: tuple[LogFinding, ...], *, preset: Attribution | None
+    ) -> JobRecoveryResult | None:
+        """One incident: attribute, isolate, restart, verify. Returns a result only when the workflow ends.
+
+        ``preset`` is an attribution already made (a straggler's), so no evidence is gathered again.
+        """
+        rec = self._rec
+        rec.update(next_anomaly=None, last_job=job)
+        expected = expected_restart_count(anomaly.kind, rec.status.restart_count, job.restart_count)
+        number = await steps.detect(rec, job, anomaly)
+        if preset is not None:
+            attribution, job_state = preset, None
+        else:
+            attribution, job_state = await steps.attribute(rec, job, anomaly, findings, number)
+        rec.set_status(ledger.set_attribution(rec.status, number, attribution))
+        if job_state is JobState.CANCELLED:
+            # Its ranks were stopped by scancel (their "Terminated" lines looked like a failure): not an incident.
+            rec.update_status(job_state=JobState.CANCELLED)
+            return rec.end(cancelled_by_owner(during_recovery=False), number)
+        await steps.announce(rec, number, anomaly, attribution)
+        stop = give_up_before_isolating(attribution, rec.status.restarts_used, rec.status.restart_budget)
+        if stop is not None:
+            return rec.end(stop, number)
+        decision = await steps.isolate(rec, number, job, attribution)
+        if not decision.act:
+            return steps.observed(rec, number, job, decision)
+        stop = restart_rejected(decision)
+        if stop is None:
+            stop = await steps.restart(rec, number, job, decision.exclude, expected)
+        if stop is not None:
+            return rec.end(stop, number)
+        return await steps.verify(rec, number, attribution, decision)
+
+    async def _observe_job(self) -> SlurmJob | None:
+        job = await scheduler.observe_job(self._inp.job_id)
+        if job is not None:
+            self._rec.observe(job)
+            workflow.upsert_search_attributes([JOB_ID.value_set(str(job.job_id))])
+        return job
