@@ -13,17 +13,13 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.fleet import FleetActivities
+    from workflows.constants import isolation_request_id
     from workflows.domain.fleet import IsolationDecision, IsolationRequest
     from workflows.domain.incident import Attribution, Incident
     from workflows.options import FLEET_REQUEST
     from workflows.policy.recovery import fleet_silent
 
-__all__ = ["await_decision", "isolation_request", "request_id", "send_request"]
-
-
-def request_id(workflow_id: str, number: int) -> str:
-    """One incident's isolation request: a repeated request gets the same decision."""
-    return f"{workflow_id}/incident-{number}"
+__all__ = ["await_decision", "isolation_request", "send_request"]
 
 
 def isolation_request(
@@ -38,7 +34,7 @@ def isolation_request(
 ) -> IsolationRequest:
     """The request for one incident: drain the implicated nodes, restart the job (its ``restart_number``-th)."""
     return IsolationRequest(
-        request_id=request_id(workflow_id, incident.number),
+        request_id=isolation_request_id(workflow_id, incident.number),
         reply_to=workflow_id,
         job_id=job_id,
         partition=partition,

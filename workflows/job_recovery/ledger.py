@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from workflows.constants import incident_id
 from workflows.domain.fleet import IsolationDecision
 from workflows.domain.hang import HangVerdict
 from workflows.domain.incident import ActionKind, ActionRecord, Anomaly, Attribution, Incident, TimelineEntry
@@ -67,7 +68,7 @@ def open_incident(
     number = next_number(status)
     new = Incident(
         number=number,
-        id=f"{status.job_id}-{number}",
+        id=incident_id(status.job_id, number),
         detected_at=anomaly.observed_at,
         anomaly=anomaly,
         attribution=attribution,

@@ -12,6 +12,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.job_recovery.ledger as ledger
     from workflows.constants import CAUSE, IMPLICATED_NODES, RECOVERY_STATE, fleet_workflow_id
     from workflows.domain.fleet import IsolationDecision
     from workflows.domain.incident import Attribution, Incident
@@ -24,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
         RecoveryState,
     )
     from workflows.domain.slurm import SlurmJob
-    from workflows.job_recovery import ledger
     from workflows.notify import job_notification, notify
     from workflows.policy.recovery import Ending
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import workflows.job_recovery.ledger as ledger
+from workflows.constants import incident_number_of_request
 from workflows.domain.fleet import IsolationDecision
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.progress import note_restart
@@ -18,7 +20,6 @@ from workflows.domain.recovery import (
     GpuEventKey,
     JobRecoveryState,
 )
-from workflows.job_recovery import ledger
 
 __all__ = [
     "carry",
@@ -65,8 +66,8 @@ def take_decision(state: JobRecoveryState, decision: IsolationDecision) -> JobRe
 
 def incident_of_request(state: JobRecoveryState, request_id: str) -> int | None:
     """The number of the incident an isolation request was made for, if the ledger still holds it."""
-    number = request_id.rsplit("/incident-", 1)[-1]
-    return next((i.number for i in state.status.incidents if str(i.number) == number), None)
+    number = incident_number_of_request(request_id)
+    return next((i.number for i in state.status.incidents if i.number == number), None)
 
 
 def restart_hang_clock(state: JobRecoveryState, now: datetime) -> JobRecoveryState:

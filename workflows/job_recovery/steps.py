@@ -11,15 +11,19 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.job_recovery.evidence as evidence
+    import workflows.job_recovery.fleet_exchange as fleet_exchange
+    import workflows.job_recovery.ledger as ledger
+    import workflows.job_recovery.scheduler as scheduler
+    import workflows.job_recovery.state as state
     from workflows import metrics
-    from workflows.constants import RESTART_COUNT
+    from workflows.constants import RESTART_COUNT, isolation_request_id
     from workflows.domain.fleet import IsolationDecision
     from workflows.domain.incident import ActionKind, ActionRecord, Anomaly, AnomalyKind, Attribution, LogFinding
     from workflows.domain.loop import AttributeInput
     from workflows.domain.notify import NotificationKind, Severity
     from workflows.domain.recovery import JobRecoveryResult, RecoveryState
     from workflows.domain.slurm import JobState, SlurmJob
-    from workflows.job_recovery import evidence, fleet_exchange, ledger, scheduler, state
     from workflows.job_recovery.recorder import Recorder
     from workflows.policy.budget import backoff_s
     from workflows.policy.implicit import attribute_straggler
@@ -171,7 +175,8 @@ async def restart(rec: Recorder, number: int, job: SlurmJob, exclude: tuple[str,
 
 async def _requeue(rec: Recorder, number: int, job: SlurmJob, exclude: tuple[str, ...], expected: int) -> None:
     """Record the requeue (and reserve the restart), do it, record what the scheduler verified."""
-    key = f"{workflow.info().workflow_id}/incident-{number}/requeue"
+    # Keyed under the incident's isolation request: one requeue per incident, whatever replays or retries.
+    key = f"{isolation_request_id(workflow.info().workflow_id, number)}/requeue"
     decided = ActionRecord(key=key, kind=ActionKind.REQUEUE, target=str(rec.inp.job_id), decided_at=workflow.now())
     rec.set_status(ledger.add_action(rec.status, number, decided))
     # Reserve the restart before acting: a crash after this line never grants a free extra restart.

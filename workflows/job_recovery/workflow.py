@@ -20,7 +20,19 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.constants import JOB_ID
+    import workflows.job_recovery.ledger as ledger
+    import workflows.job_recovery.scheduler as scheduler
+    import workflows.job_recovery.state as state
+    import workflows.job_recovery.steps as steps
+    from workflows.constants import (
+        GPU_FAULT_REPORTED_SIGNAL,
+        ISOLATION_DECIDED_SIGNAL,
+        JOB_ID,
+        JOB_RECOVERY_WORKFLOW,
+        PAUSE_UPDATE,
+        RESUME_UPDATE,
+        STATUS_QUERY,
+    )
     from workflows.domain.fleet import IsolationDecision
     from workflows.domain.gpu import GpuEvent
     from workflows.domain.incident import Anomaly, AnomalyKind, Attribution, LogFinding
@@ -33,7 +45,6 @@ with workflow.unsafe.imports_passed_through():
         RecoveryState,
     )
     from workflows.domain.slurm import JobState, SlurmJob
-    from workflows.job_recovery import ledger, scheduler, state, steps
     from workflows.job_recovery.recorder import Recorder
     from workflows.notify import notify
     from workflows.policy.recovery import (
@@ -50,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
 Watched = tuple[SlurmJob, Anomaly | None, tuple[LogFinding, ...]]
 
 
-@workflow.defn(name="JobRecovery")
+@workflow.defn(name=JOB_RECOVERY_WORKFLOW)
 class JobRecoveryWorkflow:
     """Keeps one training job making progress."""
 
@@ -60,11 +71,17 @@ class JobRecoveryWorkflow:
         self._rec = Recorder(inp)
 
     # ----- messages --------------------------------------------------------------------------------------------
-    @workflow.signal(description="A node agent saw a GPU fault (XID, lost GPU, DBE) on a node this job runs on.")
+    @workflow.signal(
+        name=GPU_FAULT_REPORTED_SIGNAL,
+        description="A node agent saw a GPU fault (XID, lost GPU, DBE) on a node this job runs on.",
+    )
     def gpu_fault_reported(self, event: GpuEvent) -> None:
         self._rec.state = state.take_gpu_event(self._rec.state, event)
 
-    @workflow.signal(description="The Fleet's answer: nodes it drained, nodes to exclude, whether to act at all.")
+    @workflow.signal(
+        name=ISOLATION_DECIDED_SIGNAL,
+        description="The Fleet's answer: nodes it drained, nodes to exclude, whether to act at all.",
+    )
     def isolation_decided(self, decision: IsolationDecision) -> None:
         if state.decision_for(self._rec.state, decision.request_id) is not None:
             # A later word on an answered request: drains an operator approved, recorded in their incident (one
@@ -74,19 +91,23 @@ class JobRecoveryWorkflow:
                 self._rec.record_decision(number, decision)
         self._rec.state = state.take_decision(self._rec.state, decision)
 
-    @workflow.update(description="Pause monitoring: no watch, no action until resumed (rebound pause JOB).")
+    @workflow.update(
+        name=PAUSE_UPDATE, description="Pause monitoring: no watch, no action until resumed (rebound pause JOB)."
+    )
     def pause(self, req: PauseRequest) -> JobRecoveryStatus:
         self._rec.update_status(paused_by=req.operator)
         self._rec.record("PAUSED", f"by {req.operator}" + (f": {req.note}" if req.note else ""))
         return self._rec.status
 
-    @workflow.update(description="Resume monitoring after a pause (rebound resume JOB).")
+    @workflow.update(name=RESUME_UPDATE, description="Resume monitoring after a pause (rebound resume JOB).")
     def resume(self, req: PauseRequest) -> JobRecoveryStatus:
         self._rec.update_status(paused_by="")
         self._rec.record("RESUMED", f"monitoring resumed by {req.operator}" + (f": {req.note}" if req.note else ""))
         return self._rec.status
 
-    @workflow.query(description="Where the job is in the recovery loop, with incidents and their timeline.")
+    @workflow.query(
+        name=STATUS_QUERY, description="Where the job is in the recovery loop, with incidents and their timeline."
+    )
     def status(self) -> JobRecoveryStatus:
         return self._rec.status
 
