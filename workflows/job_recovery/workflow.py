@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         RESUME_UPDATE,
         STATUS_QUERY,
     )
+    from workflows.domain.anomaly import build_anomaly
     from workflows.domain.fleet import IsolationDecision
     from workflows.domain.gpu import GpuEvent
     from workflows.domain.incident import Anomaly, AnomalyKind, Attribution, LogFinding
@@ -190,15 +191,7 @@ class JobRecoveryWorkflow:
 
     def _gpu_anomaly(self) -> Anomaly:
         """The signalled GPU faults as one anomaly, dated by the first."""
-        events = self._rec.state.gpu_events
-        first = events[0]
-        return Anomaly(
-            kind=AnomalyKind.GPU_FAULT,
-            observed_at=first.observed_at or workflow.now(),
-            summary=f"{first.kind.value} on {first.host} GPU {first.index}"
-            + (f" (XID {first.xid})" if first.xid else ""),
-            gpu_events=events,
-        )
+        return build_anomaly(AnomalyKind.GPU_FAULT, workflow.now(), gpu_events=self._rec.state.gpu_events)
 
     async def _recover(
         self, job: SlurmJob, anomaly: Anomaly, findings: tuple[LogFinding, ...], *, preset: Attribution | None

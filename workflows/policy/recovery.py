@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from workflows.domain.anomaly import build_anomaly
 from workflows.domain.base import Frozen
 from workflows.domain.fleet import FleetMode, IsolationDecision
 from workflows.domain.gpu import GpuEvent, GpuHealthReport
@@ -196,10 +197,8 @@ def after_resume(resumed: WaitResumeResult) -> AfterResume:
     if resumed.outcome is ResumeOutcome.GONE:
         return AfterResume(ending=scheduler_forgot())
     if resumed.outcome is ResumeOutcome.FAILED_AGAIN:
-        again = Anomaly(
-            kind=AnomalyKind.RANK_CRASH,
-            observed_at=resumed.observed_at,
-            summary="the restarted job failed before it trained a step",
+        again = build_anomaly(
+            AnomalyKind.RANK_CRASH, resumed.observed_at, summary="the restarted job failed before it trained a step"
         )
         return AfterResume(outcome=FAILED_AGAIN_OUTCOME, failed_again=again)
     return AfterResume(outcome=RESUMED_OUTCOME)
