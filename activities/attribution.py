@@ -16,7 +16,7 @@ from temporalio import activity
 
 from activities.errors import classified_errors
 from activities.logs.crash import LineReader, to_findings
-from activities.logs.tail import LogLine
+from activities.logs.line import LogLine
 from activities.slurm.port import SchedulerReads
 from activities.watch import LogPolicy, log_patterns, unresponsive
 from workflows.domain.findings import Cause

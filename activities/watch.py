@@ -18,8 +18,10 @@ from activities.errors import classified_errors
 from activities.logs.access import LogAccess
 from activities.logs.crash import scan, to_findings
 from activities.logs.heartbeat import heartbeat_times
+from activities.logs.line import LogLine
+from activities.logs.patterns import expand_patterns
 from activities.logs.progress import find_progress, parse_step
-from activities.logs.tail import LogLine, LogTail, expand_patterns
+from activities.logs.tail import LogTail
 from activities.slurm.snapshots import SnapshotCache
 from workflows.domain.anomaly import build_anomaly
 from workflows.domain.hang import HangVerdict

@@ -36,10 +36,10 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple
 
+from activities.logs.line import LogLine
 from activities.logs.signature_fields import Fields, extract
 from activities.logs.signature_types import Category, Prepared, Role, Signature, SignatureMatch
 from activities.logs.signatures import SIGNATURES, match, prepare
-from activities.logs.tail import LogLine
 from workflows.domain.base import Frozen
 from workflows.domain.findings import FindingKind
 from workflows.domain.incident import Evidence, EvidenceSource, FailureClass, LogFinding

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 
 from activities.logs.crash import LineRead, LineReader, crash_findings, to_findings
 from activities.logs.diagnosis import Diagnosis, EvidenceLine, Finding, normalize_gpu
+from activities.logs.line import LogLine, rank_token, split_prefix
 from activities.logs.log_context import FileContext, SummaryBlock, block_fields
 from activities.logs.signature_types import CATEGORIES, Category, Prepared, Role, SignatureMatch
 from activities.logs.streams import file_rank, split_text
-from activities.logs.tail import LogLine, rank_token, split_prefix
 from workflows.domain.findings import FindingKind
 from workflows.domain.incident import Attribution, LogFinding
 from workflows.policy.attribution import AttributionFacts, attribute, deciding_findings

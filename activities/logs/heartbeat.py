@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from activities.logs.access import LogAccess
-from activities.logs.tail import LogTail, expand_patterns
+from activities.logs.patterns import expand_patterns
+from activities.logs.tail import LogTail
 
 __all__ = ["heartbeat_times"]
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, NamedTuple
 
-from activities.logs.tail import LogLine, split_prefix
+from activities.logs.line import LogLine, split_prefix
 from workflows.domain.base import Frozen
 
 __all__ = [

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from activities.logs.line import rank_token
 from activities.logs.signature_types import EXCEPTION_NAME, PCI_ID, Prepared, SignatureMatch
-from activities.logs.tail import rank_token
 from workflows.domain.findings import FindingKind
 
 __all__ = ["Fields", "extract", "signal_number"]

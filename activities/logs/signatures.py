@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import re
 
+from activities.logs.line import split_prefix
 from activities.logs.signature_fields import signal_number
 from activities.logs.signature_table import ROWS
 from activities.logs.signature_types import CATEGORIES, Category, Prepared, Role, Signature, SignatureMatch
-from activities.logs.tail import split_prefix
 from workflows.domain.incident import FailureClass
 
 __all__ = ["SIGNATURES", "match", "prepare"]

@@ -16,10 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activities.logs import tail
 from activities.logs.crash import scan
+from activities.logs.line import LogLine, rank_token, split_prefix
+from activities.logs.patterns import LogPattern, expand_patterns
 from activities.logs.progress import find_progress, parse_checkpoint, parse_step
-from activities.logs.tail import LogLine, LogTail, expand_patterns, rank_token, split_prefix
+from activities.logs.tail import LogTail
 
 # What log lines are made of: the words the readers look for, the separators around them, digits.
 FRAGMENTS = [
@@ -177,7 +178,7 @@ PATTERN_TEXT = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(pattern=PATTERN_TEXT, path=st.lists(st.sampled_from(["/", "a", "-", "1", "rank", ".", "x"]), max_size=60))
 def test_any_pattern_compiles_and_identifies_any_path_quickly(pattern: str, path: list[str]) -> None:
-    compiled = tail._Pattern(pattern)
+    compiled = LogPattern(pattern)
     started = time.perf_counter()
     rank, node = compiled.identity("".join(path))
     assert time.perf_counter() - started < 0.5

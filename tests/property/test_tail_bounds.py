@@ -21,12 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activities.logs import tail
+from activities.logs import globbing
+from activities.logs.line import LogLine
 from activities.logs.tail import (
     DEFAULT_MAX_BYTES_PER_CALL,
     DEFAULT_MAX_BYTES_PER_FILE,
     DEFAULT_MAX_LINES_PER_CALL,
-    LogLine,
     LogTail,
     positions,
 )
@@ -156,7 +156,7 @@ def test_double_star_over_symlink_loops_is_quick_and_reads_each_file_once(tmp_pa
 
 
 def test_the_glob_walk_is_bounded_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tail, "MAX_GLOB_ENTRIES", 500)
+    monkeypatch.setattr(globbing, "MAX_GLOB_ENTRIES", 500)
     for i in range(30):
         d = tmp_path / f"d{i}"
         d.mkdir()
@@ -208,4 +208,4 @@ def test_the_bounded_glob_matches_what_glob_matches(
     pattern = str(base) + "/" + "/".join(parts)
     # glob's one quirk is not copied: "file/**" yields "file/" although a file has nothing below it.
     expected = {p.rstrip("/") for p in glob.glob(pattern, recursive=True) if not p.endswith("/") or os.path.isdir(p)}
-    assert set(tail._glob(pattern, tail._GlobBudget())) == expected
+    assert set(globbing.bounded_glob(pattern, globbing.GlobBudget())) == expected

@@ -31,7 +31,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from activities.logs.tail import LogLine, LogTail, positions
+from activities.logs.line import LogLine
+from activities.logs.tail import LogTail, positions
 
 _ID = re.compile(r"#(\d+)#")
 # Junk between the id and the end of the line: invalid UTF-8, a cut multi-byte sequence, NUL, a bare CR (a line

@@ -38,7 +38,9 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from activities.attribution import LogEvidence
 from activities.logs.crash import scan, to_findings
-from activities.logs.tail import LogLine, LogTail, expand_patterns
+from activities.logs.line import LogLine
+from activities.logs.patterns import expand_patterns
+from activities.logs.tail import LogTail
 from activities.watch import unresponsive
 from workflows.domain.base import Frozen
 from workflows.domain.gpu import GpuEvent

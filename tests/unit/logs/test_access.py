@@ -11,9 +11,10 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from activities.logs import tail
+from activities.logs import globbing, patterns, tail
 from activities.logs.access import LogAccess
-from activities.logs.tail import LogLine, LogTail, positions
+from activities.logs.line import LogLine
+from activities.logs.tail import LogTail, positions
 
 ME = os.geteuid()
 
@@ -265,7 +266,7 @@ def test_glob_limits_are_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         str(tmp_path / "x-*.log"): "more than 5 files match; the others are not read",
     }
 
-    monkeypatch.setattr(tail, "MAX_GLOB_ENTRIES", 4)
+    monkeypatch.setattr(globbing, "MAX_GLOB_ENTRIES", 4)
     t = _read([pattern], None)
     assert "more than 4 directory entries" in t.refused[pattern]
 
@@ -290,4 +291,4 @@ def test_bad_arguments_get_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="max_bytes_per_file"):
         LogTail([]).read_new({}, max_bytes_per_file=float("inf"))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="plain job id"):
-        tail.expand_patterns(["/x/%j.log"], "../../etc")
+        patterns.expand_patterns(["/x/%j.log"], "../../etc")

@@ -11,8 +11,9 @@ import pytest
 
 from activities.logs import crash
 from activities.logs.crash import CRASH_RULES, CrashFinding, LineReader, classify, scan, to_evidence, to_findings
+from activities.logs.line import LogLine, rank_token, split_prefix
 from activities.logs.signature_types import Role
-from activities.logs.tail import LogLine, LogTail, rank_token, split_prefix
+from activities.logs.tail import LogTail
 from workflows.domain.findings import FindingKind
 from workflows.domain.incident import EvidenceSource, FailureClass
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from activities.logs import progress
+from activities.logs.line import LogLine, split_prefix
 from activities.logs.progress import (
     CHECKPOINT_RULES,
     STEP_RULES,
@@ -15,7 +16,7 @@ from activities.logs.progress import (
     parse_checkpoint,
     parse_step,
 )
-from activities.logs.tail import LogLine, LogTail, split_prefix
+from activities.logs.tail import LogTail
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "logs"
 

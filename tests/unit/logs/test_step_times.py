@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from activities.logs.line import LogLine, split_prefix
 from activities.logs.progress import STEP_TIME_RULES, StepTimes, parse_step, parse_step_times
-from activities.logs.tail import LogLine, split_prefix
 
 
 def _line(text: str) -> LogLine:

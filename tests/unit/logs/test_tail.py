@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from activities.logs import tail
-from activities.logs.tail import LogLine, LogTail, expand_patterns, positions, rank_token, split_prefix
+from activities.logs.line import LogLine, rank_token, split_prefix
+from activities.logs.patterns import expand_patterns
+from activities.logs.tail import LogTail, positions
 
 
 def _append(path: Path, data: bytes | str) -> None:

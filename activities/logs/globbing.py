@@ -1,0 +1,103 @@
+"""Bounded globbing for log patterns: ``glob.glob(recursive=True)`` that stops at a budget of directory entries
+and does not walk below symlinked directories (two links to ``.`` would otherwise make the walk exponential)."""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+
+__all__ = ["MAX_GLOB_ENTRIES", "GlobBudget", "bounded_glob"]
+
+MAX_GLOB_ENTRIES = 100_000
+"""Directory entries one call's globbing looks at, at most (each listing counts as one more)."""
+
+
+class GlobBudget:
+    """How much more one call's globbing may look at; ``exhausted`` says why it stopped, once it has."""
+
+    def __init__(self) -> None:
+        self.entries = MAX_GLOB_ENTRIES
+        self.exhausted: str | None = None
+
+    def listdir(self, directory: str) -> list[os.DirEntry[str]]:
+        """The entries of ``directory`` (nothing if it cannot be listed), counted against the budget."""
+        out: list[os.DirEntry[str]] = []
+        if self.exhausted:
+            return out
+        self.entries -= 1
+        try:
+            with os.scandir(directory or ".") as it:
+                for entry in it:
+                    if self.entries <= 0:
+                        self.exhausted = (
+                            f"the patterns reach more than {MAX_GLOB_ENTRIES} directory entries; the rest are not read"
+                        )
+                        break
+                    self.entries -= 1
+                    out.append(entry)
+        except (OSError, ValueError):
+            pass
+        return out
+
+
+def bounded_glob(pattern: str, budget: GlobBudget) -> list[str]:
+    """``glob.glob(pattern, recursive=True)``, within ``budget``, and with ``**`` not following symlinks.
+
+    Like glob: ``*``/``?``/``[...]`` never match a leading ``.``; ``**`` as a whole component matches any number
+    of directories. Unlike glob, ``**`` looks into a symlinked directory but does not walk below it.
+    """
+    parts = pattern.split("/")
+    current = ["/"] if pattern.startswith("/") else [""]
+    parts = [p for p in parts if p]
+    if not parts:
+        return []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        found: list[str] = []
+        for directory in current:
+            if part == "**":
+                found += _descend(directory, budget, files=last)
+            elif glob.has_magic(part):
+                hidden_ok = part.startswith(".")
+                for entry in budget.listdir(directory):
+                    if entry.name.startswith(".") and not hidden_ok:
+                        continue
+                    if fnmatch.fnmatchcase(entry.name, part) and (last or _is_dir(entry)):
+                        found.append(os.path.join(directory, entry.name))
+            else:
+                path = os.path.join(directory, part)
+                if os.path.lexists(path) if last else os.path.isdir(path):
+                    found.append(path)
+            if budget.exhausted:
+                break
+        current = found
+        if not current or (budget.exhausted and not last):
+            return []  # a cut-off walk's directories are not matches
+    return current
+
+
+def _descend(top: str, budget: GlobBudget, *, files: bool) -> list[str]:
+    """``top`` and every non-hidden directory below it (and files, with ``files``), not walking symlinks."""
+    out = [top]  # "" is the current directory of a relative pattern: os.path.join("", name) is name
+    stack = [top]
+    while stack and not budget.exhausted:
+        directory = stack.pop()
+        for entry in budget.listdir(directory):
+            if entry.name.startswith("."):
+                continue
+            path = os.path.join(directory, entry.name)
+            if _is_dir(entry):
+                out.append(path)
+                if not entry.is_symlink():
+                    stack.append(path)
+            elif files:
+                out.append(path)
+    return out
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False

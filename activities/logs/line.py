@@ -1,0 +1,143 @@
+"""One line of a log file and what its start says: srun label, PyTorch rank prefix, leading timestamp, rank token.
+
+Rank of a line, when the file's name gives none (``activities.logs.patterns``), first rule that gives one:
+
+1. an srun ``--label`` prefix (``3: ...``), then a PyTorch ``[rank3]:`` prefix;
+2. a ``rank=3``, ``[rank 3]``/``[Rank 3]`` or ``rank 3/8`` token in the line (not ``local_rank=``).
+
+Leading timestamps (``LogLine.at``): ISO 8601 with ``T`` or a space, ``.`` or ``,`` before the fraction,
+optionally in brackets and with a zone (``2026-11-30T03:40:01.123Z``, ``[2026-11-30 03:40:01,123]``); a time
+without a zone is taken as UTC. Lines without one (traceback lines) get None.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta, timezone
+from typing import NamedTuple
+
+from pydantic import field_validator
+
+from workflows.domain.base import Frozen
+
+__all__ = ["LinePrefix", "LogLine", "MAX_RANK_DIGITS", "decode_line", "rank_token", "split_prefix"]
+
+# Larger numbers are not ranks: a rank fits in an int32, and int() of a long digit string is slow (Python caps
+# it at 4300 digits with a ValueError).
+MAX_RANK_DIGITS = 9
+_LABEL = re.compile(r"^\s*(\d{1,6}): ")
+# PyTorch prefixes a rank's stderr with ``[rank3]:``; torchrun --tee with ``[default3]:``, whose number is the
+# local rank, so it is stripped but never used as the rank.
+_TORCH_PREFIX = re.compile(r"^\[(rank|default)(\d{1,6})\]:\s?")
+_TS_CORE = (
+    r"(?P<date>\d{4}-\d\d-\d\d)[T ](?P<time>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,9}))?"
+    r"\s?(?P<tz>Z|UTC|[+-]\d\d:?\d\d)?"
+)
+_TIMESTAMP = re.compile(rf"^\s*(?:\[{_TS_CORE}\]|{_TS_CORE.replace('?P<', '?P<b_')})\s*")
+_RANK_TOKEN = re.compile(
+    r"(?<![\w.])rank=(?P<a>\d+)|\[rank\s*(?P<b>\d+)\]|(?<![\w.])rank\s+(?P<c>\d+)\s*/\s*\d+",
+    re.IGNORECASE,
+)
+
+
+class LogLine(Frozen):
+    """One complete line of a log file, with what its file name and prefixes say about it."""
+
+    path: str
+    rank: int | None
+    text: str
+    """The line without its terminator, undecodable bytes replaced by U+FFFD."""
+    offset: int
+    """Byte offset of the line's first byte in ``path``: ``(path, offset)`` identifies the line."""
+    at: datetime | None = None
+    """The line's own leading timestamp, tz-aware (UTC when the line gives no zone); None without one."""
+    node: str | None = None
+    """The node named by ``%N`` in the pattern that matched the file."""
+
+    @field_validator("at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        # Readers compare timestamps across lines; one naive datetime among aware ones would raise TypeError.
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+class LinePrefix(NamedTuple):
+    """What the start of a line says, and the rest of it (``body``)."""
+
+    label: int | None
+    """The srun ``--label`` task id."""
+    torch_rank: int | None
+    """The rank of a PyTorch ``[rankN]:`` prefix."""
+    at: datetime | None
+    body: str
+
+
+def split_prefix(text: str, *, parse_time: bool = True) -> LinePrefix:
+    """Peel an srun label, a PyTorch rank prefix and a leading timestamp off ``text``, in that order.
+
+    Args:
+        text: One log line.
+        parse_time: False when only the body is wanted: ``at`` is then None and anything shaped like a
+            timestamp is stripped, even an impossible date (parsing is most of the cost).
+
+    Returns:
+        The prefixes found and the body: the line after them, indentation kept when there was no timestamp
+        (a traceback's ``  File ...`` lines stay indented).
+    """
+    label = torch_rank = None
+    m = _LABEL.match(text)
+    if m:
+        label, text = int(m.group(1)), text[m.end() :]
+    m = _TORCH_PREFIX.match(text)
+    if m:
+        torch_rank = int(m.group(2)) if m.group(1) == "rank" else None
+        text = text[m.end() :]
+    at = None
+    m = _TIMESTAMP.match(text)
+    if m:
+        at = _parse_timestamp(m) if parse_time else None
+        if at is not None or not parse_time:
+            text = text[m.end() :]
+    return LinePrefix(label, torch_rank, at, text)
+
+
+def rank_token(text: str) -> int | None:
+    """The rank named by the first ``rank=R``, ``[rank R]`` or ``rank R/W`` token in ``text``, else None.
+
+    A token with an absurdly long number (more than nine digits) names no rank.
+    """
+    m = _RANK_TOKEN.search(text)
+    if m is None:
+        return None
+    digits = m.group("a") or m.group("b") or m.group("c")
+    return int(digits) if len(digits) <= MAX_RANK_DIGITS else None
+
+
+def decode_line(path: str, file_rank: int | None, node: str | None, offset: int, raw: bytes) -> LogLine:
+    """The ``LogLine`` of ``raw`` (bytes without their terminator): the file's rank, else the line's own."""
+    text = raw.decode("utf-8", errors="replace")
+    prefix = split_prefix(text)
+    rank = file_rank
+    for candidate in (prefix.label, prefix.torch_rank):
+        if rank is None:
+            rank = candidate
+    if rank is None:
+        rank = rank_token(prefix.body)
+    return LogLine(path=path, rank=rank, node=node, text=text, offset=offset, at=prefix.at)
+
+
+def _parse_timestamp(m: re.Match[str]) -> datetime | None:
+    g = {k.removeprefix("b_"): v for k, v in m.groupdict().items() if v is not None}
+    try:
+        year, month, day = (int(x) for x in g["date"].split("-"))
+        hour, minute, second = (int(x) for x in g["time"].split(":"))
+        micros = int(g.get("frac", "0")[:6].ljust(6, "0"))
+        tz = g.get("tz") or "Z"
+        zone = UTC
+        if tz not in ("Z", "UTC"):
+            sign = -1 if tz[0] == "-" else 1
+            digits = tz[1:].replace(":", "")
+            zone = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+        return datetime(year, month, day, hour, minute, second, micros, tzinfo=zone)
+    except (KeyError, ValueError):
+        return None  # 2026-13-45 is not a timestamp: leave the text as it is

@@ -1,0 +1,222 @@
+"""srun-style log file patterns: ``%j`` filled in, the glob that lists the files, the rank and node a name says.
+
+Patterns use srun's filename placeholders (``srun --output``), so the pattern that names the files also says
+where the rank is:
+
+* ``%j`` is the job id (``expand_patterns`` fills it in, with srun's zero padding: ``%6j``);
+* ``%t`` (``%3t``) is the task id, i.e. the rank, and ``%N`` the node name: both match like ``*`` and are
+  captured;
+* every other ``%x``-style placeholder matches like ``*``; ``%%`` is a literal ``%``.
+
+Rank of a file, first rule that gives one (the line's own prefixes come after: ``activities.logs.line``):
+
+1. ``%t`` in the pattern that matched the file (``logs/job-%j-rank-%t.log``);
+2. without ``%t``: ``rank-N``, ``rank_N``, ``rank.N`` or ``rankN`` in the file's base name (not ``local_rank``).
+
+A bare ``-N.out`` suffix is deliberately not a rank: ``slurm-1234.out`` ends in the job id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterable
+
+from activities.logs.line import MAX_RANK_DIGITS
+
+__all__ = ["LogPattern", "expand_patterns"]
+
+# srun: "if a value greater than 10 is used the result is padding up to 10 characters".
+_MAX_PAD = 10
+_JOB_ID = re.compile(r"[0-9A-Za-z_]+")
+
+_PLACEHOLDER = re.compile(r"%%|%(\d*)([A-Za-z])")
+_NAME_RANK = re.compile(r"(?<![a-z])(?<!local_)(?<!local-)rank[-_.]?(\d+)(?!\d)", re.IGNORECASE)
+
+
+def expand_patterns(patterns: Iterable[str], job_id: int | str) -> list[str]:
+    """Fill in ``%j`` (and srun's zero-padded ``%6j``) with ``job_id``; other placeholders stay for ``LogTail``.
+
+    Args:
+        patterns: srun-style output patterns, e.g. ``/runs/x/logs/job-%j-rank-%t.log``.
+        job_id: The Slurm job id.
+
+    Returns:
+        The patterns, in order, with the job id filled in. ``%%`` is kept, so ``LogTail`` still reads it as a
+        literal ``%``. Padding is capped at 10 digits, as srun caps it.
+
+    Raises:
+        ValueError: ``job_id`` is not a plain id (letters, digits, ``_``): it must not add path components.
+    """
+    job = str(job_id)
+    if isinstance(job_id, bool) or not _JOB_ID.fullmatch(job):
+        raise ValueError(f"job_id must be a plain job id, got {job_id!r:.80}")
+
+    def substitute(m: re.Match[str]) -> str:
+        if m.group(0) != "%%" and m.group(2) == "j":
+            width = m.group(1).lstrip("0")
+            return job.zfill(_MAX_PAD if len(width) > 2 else min(int(width or 0), _MAX_PAD))
+        return m.group(0)
+
+    return [_PLACEHOLDER.sub(substitute, p) for p in patterns]
+
+
+class LogPattern:
+    """One glob pattern with srun placeholders: the glob to list files, the regex to read rank and node back.
+
+    The regex exists only when the pattern captures something (``%t``, ``%N``), and matching it takes
+    polynomial time whatever the pattern, which a job owner writes: a plain translation of ``*a*a*a*a``
+    backtracks exponentially on a file name that does not fit it (seconds for 200 characters, measured).
+    So, as in glob, each path component is matched on its own: the components before the first ``**`` and
+    after the last one are aligned with the path's first and last components, whatever lies between is
+    skipped (a capture there is not used), and inside a component a ``*`` followed by literal text and
+    another wildcard commits to the literal's first occurrence (an atomic group, as ``fnmatch`` does; a ``*``
+    cannot cross a ``/``, so a later occurrence could not match where the first one fails).
+    """
+
+    def __init__(self, pattern: str) -> None:
+        if not isinstance(pattern, str):
+            raise TypeError(f"a log pattern must be a str, got {type(pattern).__name__}: {pattern!r:.80}")
+        self.source = pattern
+        components = pattern.split("/")
+        deep = [i for i, c in enumerate(components) if c == "**"]
+        seen: set[str] = set()
+        globs: list[str] = []
+        regexes: list[str] = []
+        for i, component in enumerate(components):
+            between = bool(deep) and deep[0] <= i <= deep[-1]
+            glob_text, regex = _component(component, None if between else seen)
+            globs.append(glob_text)
+            regexes.append(regex)
+        self.glob = "/".join(globs)
+        self.has_rank = "rank" in seen
+        if not deep:
+            full = "/".join(regexes)
+        else:
+            head, tail = "/".join(regexes[: deep[0]]), "/".join(regexes[deep[-1] + 1 :])
+            if deep[0] == 0:
+                full = f"(?:.*/)?{tail}" if deep[-1] + 1 < len(regexes) else ".*"
+            else:
+                full = head + (f"(?:/.*)?/{tail}" if deep[-1] + 1 < len(regexes) else "(?:/.*)?")
+        self.regex: re.Pattern[str] | None = None
+        if seen:
+            with contextlib.suppress(re.error):  # e.g. a reversed range "[z-a]": the file name must tell then
+                self.regex = re.compile(full, re.DOTALL)
+
+    def identity(self, path: str) -> tuple[int | None, str | None]:
+        """(rank, node) of ``path`` by the rules in the module docstring; either may be None."""
+        m = self.regex.fullmatch(path) if self.regex is not None else None
+        groups = m.groupdict() if m else {}
+        digits = groups.get("rank")
+        rank = int(digits) if digits and len(digits) <= MAX_RANK_DIGITS else None
+        if rank is None and not self.has_rank:
+            found = _NAME_RANK.search(os.path.basename(path))
+            rank = int(found.group(1)) if found and len(found.group(1)) <= MAX_RANK_DIGITS else None
+        return rank, groups.get("node") or None
+
+
+def _component(component: str, seen: set[str] | None) -> tuple[str, str]:
+    """The glob and the regex of one path component of a pattern.
+
+    Args:
+        component: The text between two ``/``, srun placeholders and all.
+        seen: The captures made so far (updated); None where nothing may be captured (placeholders match
+            like ``*``).
+    """
+    if component == "**":
+        return "**", ".*"
+    glob_parts: list[str] = []
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    for m in _PLACEHOLDER.finditer(component):
+        glob_parts.append(component[pos : m.start()])
+        tokens += _glob_tokens(component[pos : m.start()])
+        pos = m.end()
+        if m.group(0) == "%%":
+            glob_parts.append("%")
+            tokens.append(("lit", "%"))
+            continue
+        glob_parts.append("*")
+        # A rank is a run of digits taken whole (possessive: nothing to backtrack into).
+        group = {"t": ("rank", r"\d++"), "N": ("node", r"[^/]+?")}.get(m.group(2)) if seen is not None else None
+        if group is None or seen is None:
+            tokens.append(("star", ""))
+        elif group[0] in seen:
+            tokens.append(("lit", f"(?P={group[0]})"))  # fixed text once captured
+        else:
+            seen.add(group[0])
+            tokens.append(("cap", f"(?P<{group[0]}>{group[1]})"))
+    glob_parts.append(component[pos:])
+    tokens += _glob_tokens(component[pos:])
+    return "".join(glob_parts), _assemble(tokens)
+
+
+def _glob_tokens(text: str) -> list[tuple[str, str]]:
+    """Regex tokens for the glob syntax in ``text`` (one path component): ``star`` for ``*`` (and ``**`` inside
+    a component, as glob reads it), fixed-width ``lit`` tokens for characters, ``?`` and ``[...]`` sets."""
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "*":
+            if not out or out[-1][0] != "star":
+                out.append(("star", ""))
+        elif ch == "?":
+            out.append(("lit", r"[^/]"))
+        elif ch == "[":
+            j = i + 1
+            if j < len(text) and text[j] == "!":
+                j += 1
+            if j < len(text) and text[j] == "]":
+                j += 1
+            j = text.find("]", j)
+            if j < 0:
+                out.append(("lit", re.escape(ch)))
+            else:
+                out.append(("lit", _char_set(text[i + 1 : j])))
+                i = j
+        else:
+            out.append(("lit", re.escape(ch)))
+        i += 1
+    return out
+
+
+def _char_set(body: str) -> str:
+    """A glob ``[...]`` body as a regex set: ``!`` negates, ``-`` makes ranges, everything else is literal."""
+    negate = body.startswith("!")
+    if negate:
+        body = body[1:]
+    chars = "".join("\\" + c if c in "\\^[]&~|" else c for c in body)
+    chars = re.sub(r"-{2,}", lambda m: "\\-" * len(m.group()), chars)  # "--" would be a set operation
+    return "[^/" + chars + "]" if negate else "[" + chars + "]"
+
+
+def _assemble(tokens: list[tuple[str, str]]) -> str:
+    """The regex of one component's tokens (``_glob_tokens`` plus captures).
+
+    See ``LogPattern`` for the atomic groups.
+    """
+    out: list[str] = []
+    i, n = 0, len(tokens)
+    while i < n:
+        kind, regex = tokens[i]
+        if kind != "star":
+            out.append(regex)
+            i += 1
+            continue
+        j = i
+        while j < n and tokens[j][0] == "star":
+            j += 1
+        k = j
+        while k < n and tokens[k][0] == "lit":
+            k += 1
+        literal = "".join(regex for _, regex in tokens[j:k])
+        if k == n:
+            out.append(f"[^/]*{literal}")
+        elif tokens[k][0] == "star":
+            out.append(f"(?>[^/]*?{literal})")  # the literal's first occurrence: nothing to retry later
+        else:
+            out.append(f"[^/]*?{literal}")  # before a capture, which may need it to give back
+        i = k
+    return "".join(out)
