@@ -28,7 +28,8 @@ from workflows.domain.gpu import (
     NodeGpuVerdict,
     XidCatalog,
 )
-from workflows.policy.gpu_health import DEFAULT_THRESHOLDS, GpuHealthThresholds, gpu_health_verdict
+from workflows.policy.gpu_health import gpu_health_verdict
+from workflows.policy.gpu_thresholds import DEFAULT_THRESHOLDS, GpuHealthThresholds
 
 __all__ = ["NODE_PLACEHOLDER", "DcgmActivities", "DcgmScrapeNodeInput", "DcgmScrapeNodeResult", "exporter_url"]
 

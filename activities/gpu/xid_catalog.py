@@ -3,7 +3,7 @@
 The table (``activities/logs/xid_catalog.tsv``, a copy of ``shared/data/xid_catalog.tsv`` that the log
 signatures read too: one copy in the package, not two) is NVIDIA's XID catalogue with its
 "resolution bucket" per XID, joined with NVSentinel's mapping; its ``source`` column says where each row came
-from. Policy never reads files (``workflows/policy/gpu_health.py`` takes the catalogue as data), so this loader
+from. Policy never reads files (``workflows/policy/gpu_event_rules.py`` takes the catalogue as data), so this loader
 is the one place that does, at worker start. A broken table is a packaging bug: it fails loudly as
 ``CONFIGURATION`` with the line at fault rather than leaving every XID "unknown".
 """

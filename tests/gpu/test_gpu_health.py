@@ -22,13 +22,10 @@ from workflows.domain.gpu import (
     XidCatalog,
     XidCatalogEntry,
 )
-from workflows.policy.gpu_health import (
-    GpuHealthThresholds,
-    decode_clocks_event_reasons,
-    gpu_health_verdict,
-    verdict_for_report,
-    xid_verdict,
-)
+from workflows.policy.gpu_event_rules import xid_verdict
+from workflows.policy.gpu_health import gpu_health_verdict, verdict_for_report
+from workflows.policy.gpu_sample_rules import decode_clocks_event_reasons
+from workflows.policy.gpu_thresholds import GpuHealthThresholds
 
 H, D, F = GpuHealthStatus.HEALTHY, GpuHealthStatus.DEGRADED, GpuHealthStatus.FAILED
 CATALOG = default_xid_catalog()
