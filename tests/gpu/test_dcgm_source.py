@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from activities.gpu.dcgm import DcgmExporterSource, diff_scrapes, parse_exporter_page
+from activities.gpu.dcgm import DcgmExporterSource, diff_scrapes
+from activities.gpu.dcgm_page import parse_exporter_page
 from activities.gpu.promtext import ExpositionError
 from tests.gpu.exporter import Exporter, page
 from workflows.domain.errors import FailureKind, ReboundError

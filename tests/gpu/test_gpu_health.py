@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.gpu.dcgm import parse_exporter_page
+from activities.gpu.dcgm_page import parse_exporter_page
 from activities.gpu.xid_catalog import CATALOG_FILE, default_xid_catalog, load_xid_catalog, parse_xid_catalog
 from tests.gpu.exporter import page
 from workflows.domain.errors import FailureKind, ReboundError

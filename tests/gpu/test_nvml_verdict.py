@@ -6,7 +6,7 @@ from __future__ import annotations
 from temporalio.testing import ActivityEnvironment
 
 from activities.gpu.activities import GpuActivities, NvmlReadGpuHealthInput
-from activities.gpu.dcgm import parse_exporter_page
+from activities.gpu.dcgm_page import parse_exporter_page
 from activities.gpu.nvml import NvmlSource
 from activities.gpu.xid_catalog import default_xid_catalog
 from deploy.local.fake_nvml import fake_gpu_uuid, fake_pci_bus_id
