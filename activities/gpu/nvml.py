@@ -4,29 +4,26 @@ Decisions (docs: shared/facts/gpu-signals.md §5):
 
 - UUID, PCI bus id and name are cached at open: after a GPU falls off the bus every query on it fails, and
   the identity is exactly what a fault report needs then.
-- Every field is read on its own, so one ``NOT_SUPPORTED`` (recorded in ``unsupported``) or other failure
-  (recorded in ``errors``) never sinks the rest of the sample; ``GPU_IS_LOST`` sets ``lost``.
+- Every field is read on its own (``activities.gpu.nvml_reads``), so one ``NOT_SUPPORTED`` or other failure
+  never sinks the rest of the sample; ``GPU_IS_LOST`` sets ``lost``.
 - A daemon thread waits in ``nvmlEventSetWait_v2`` with short timeouts (ctypes releases the GIL while it
   blocks), so ``close()`` stops it within one timeout. It maps ``eventData.device`` to an index by handle
   ADDRESS: ``nvmlDeviceGetIndex`` on the device of an XID 79 returns ``GPU_IS_LOST``, as nvml.h documents.
 - ``gpu_lost`` is reported once per loss: by the event thread for GPUs registered with it (after the pending
   events, so an XID 79 comes before the loss it caused), by ``sample()`` for the others.
-- Drivers without ``ClocksEventReasons``/``TemperatureV`` fall back to ``ThrottleReasons``/``Temperature``.
 
 pynvml is imported lazily, in ``open()``, so nothing else needs NVML installed to import this module.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from activities.gpu.nvml_reads import NvmlGpu, NvmlReader, handle_address
 from activities.gpu.port import EventBatch, EventLog
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.gpu import GpuEvent, GpuEventKind, GpuSample
@@ -36,61 +33,6 @@ __all__ = ["NvmlSource"]
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "nvml"
-_NVLINK_CRC_COUNTERS = ("NVML_NVLINK_ERROR_DL_CRC_FLIT", "NVML_NVLINK_ERROR_DL_CRC_DATA")
-_ECC_FIELDS = (
-    ("ecc_uncorrected_volatile", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC"),
-    ("ecc_corrected_volatile", "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC"),
-    ("ecc_uncorrected_aggregate", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_AGGREGATE_ECC"),
-    ("ecc_corrected_aggregate", "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_AGGREGATE_ECC"),
-)
-_REMAP_FIELDS = ("remapped_rows_correctable", "remapped_rows_uncorrectable", "remap_pending", "remap_failure")
-# Page retirement (before Ampere; Ampere and later answer NOT_SUPPORTED and remap rows instead).
-_RETIRED_PAGE_FIELDS = (
-    ("retired_pages_sbe", "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS"),
-    ("retired_pages_dbe", "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"),
-)
-
-
-@dataclass
-class _Gpu:
-    """What open() learnt about one GPU; the handle is None when the GPU was already unreachable."""
-
-    index: int
-    handle: Any = None
-    address: int | None = None
-    uuid: str = ""
-    pci_bus_id: str = ""
-    name: str = ""
-    open_error: str = ""
-
-
-class _Fields:
-    """Collects one GPU's fields, turning each failed read into ``unsupported``/``errors``/``lost``."""
-
-    def __init__(self, nv: Any) -> None:
-        self._nv = nv
-        self.values: dict[str, object] = {}
-        self.unsupported: list[str] = []
-        self.errors: list[str] = []
-        self.lost = False
-
-    def read(self, fields: tuple[str, ...], call: Callable[[], tuple[object, ...]]) -> None:
-        """Store ``call()``'s values under ``fields``; a failure is recorded against all of them."""
-        nv = self._nv
-        try:
-            self.values.update(zip(fields, call(), strict=True))
-        except nv.NVMLError_NotSupported:
-            self.unsupported.extend(fields)
-        except nv.NVMLError_GpuIsLost:
-            self.lost = True
-        except nv.NVMLError as exc:
-            self.errors.extend(f"{field}: {exc} (NVML error {exc.value})" for field in fields)
-
-
-def _address(handle: Any) -> int | None:
-    # A pynvml handle is a ctypes pointer; its integer value identifies the device across calls and events.
-    value = ctypes.cast(handle, ctypes.c_void_p).value
-    return int(value) if value is not None else None
 
 
 class NvmlSource:
@@ -112,13 +54,12 @@ class NvmlSource:
         self._lost_reported: set[int] = set()
         self._covered: set[int] = set()  # GPUs whose losses the event thread reports
         self._nv: Any = None
-        self._gpus: list[_Gpu] = []
+        self._gpus: list[NvmlGpu] = []
         self._driver = ""
         self._open = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._use_temperature_v = True
-        self._use_clocks_event = True
+        self._reader: NvmlReader | None = None
 
     @property
     def host(self) -> str:
@@ -149,7 +90,8 @@ class NvmlSource:
                 self._shutdown(nv)
                 raise ReboundError(FailureKind.GPU_SOURCE_UNAVAILABLE, f"NVML enumeration failed: {exc}") from exc
             self._nv, self._driver = nv, driver
-            self._gpus = [self._identify(i) for i in range(count)]
+            self._reader = NvmlReader(nv, self._host)
+            self._gpus = [self._reader.identify(i) for i in range(count)]
             for gpu in self._gpus:
                 if gpu.handle is None and gpu.open_error == "lost":
                     self._note_lost(gpu)
@@ -198,30 +140,6 @@ class NvmlSource:
         except nv.NVMLError as exc:
             log.warning("nvmlShutdown failed: %s", exc)
 
-    def _identify(self, index: int) -> _Gpu:
-        nv = self._nv
-        gpu = _Gpu(index=index)
-        try:
-            gpu.handle = nv.nvmlDeviceGetHandleByIndex(index)
-        except nv.NVMLError_GpuIsLost:
-            gpu.open_error = "lost"
-            return gpu
-        except nv.NVMLError as exc:
-            gpu.open_error = f"handle: {exc} (NVML error {exc.value})"
-            return gpu
-        gpu.address = _address(gpu.handle)
-        # Each identity field on its own: a GPU that answers some queries still gets what it can give.
-        for attr, fetch in (
-            ("uuid", nv.nvmlDeviceGetUUID),
-            ("pci_bus_id", lambda h: nv.nvmlDeviceGetPciInfo(h).busId),
-            ("name", nv.nvmlDeviceGetName),
-        ):
-            try:
-                setattr(gpu, attr, str(fetch(gpu.handle)))
-            except nv.NVMLError as exc:
-                log.warning("GPU %d on %s: cannot read %s: %s", index, self._host, attr, exc)
-        return gpu
-
     # ------------------------------------------------------------------ reads
 
     def driver_version(self) -> str:
@@ -252,11 +170,11 @@ class NvmlSource:
         if not self._open:
             raise ReboundError(FailureKind.GPU_SOURCE_UNAVAILABLE, f"NVML source for {self._host} is not open")
 
-    def _sample_one(self, gpu: _Gpu) -> GpuSample:
-        nv = self._nv
+    def _sample_one(self, gpu: NvmlGpu) -> GpuSample:
+        assert self._reader is not None
         if gpu.handle is None:
             # Lost (or unreadable) at open: it may have come back since (the lab resets a node's GPUs).
-            retry = self._identify(gpu.index)
+            retry = self._reader.identify(gpu.index)
             if retry.handle is None:
                 lost = retry.open_error == "lost"
                 errors = () if lost else (retry.open_error,)
@@ -264,111 +182,24 @@ class NvmlSource:
                     host=self._host, index=gpu.index, lost=lost, errors=errors, observed_at=datetime.now(UTC)
                 )
             self._gpus[gpu.index] = gpu = retry
-        h = gpu.handle
-        f = _Fields(nv)
-        observed_at = datetime.now(UTC)
-        f.read(("temperature_c",), lambda: (self._temperature(h),))
-        f.read(("utilization_gpu_pct", "utilization_mem_pct"), lambda: self._utilization(h))
-        f.read(("memory_used_bytes", "memory_total_bytes", "memory_free_bytes"), lambda: self._memory(h))
-        f.read(("power_mw",), lambda: (int(nv.nvmlDeviceGetPowerUsage(h)),))
-        f.read(("sm_clock_mhz",), lambda: (int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),))
-        f.read(("sm_clock_max_mhz",), lambda: (int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),))
-        for field, err_type, counter in _ECC_FIELDS:
-            f.read((field,), functools.partial(self._ecc, h, err_type, counter))
-        f.read(
-            ("retired_pages_pending",),
-            lambda: (int(nv.nvmlDeviceGetRetiredPagesPendingStatus(h)) == int(nv.NVML_FEATURE_ENABLED),),
-        )
-        for field, cause in _RETIRED_PAGE_FIELDS:
-            f.read((field,), functools.partial(self._retired_pages, h, cause))
-        f.read(_REMAP_FIELDS, lambda: self._remapped_rows(h))
-        f.read(("clocks_event_reasons",), lambda: (self._clocks_event_reasons(h),))
-        f.read(("pcie_replay_count",), lambda: (int(nv.nvmlDeviceGetPcieReplayCounter(h)),))
-        f.read(("nvlink_crc_errors",), lambda: (self._nvlink_crc_errors(h),))
-        if f.lost:
+        sample = self._reader.read(gpu)
+        if sample.lost:
             self._note_lost(gpu, from_sample=True)
         else:
             with self._lost_lock:
                 self._lost_reported.discard(gpu.index)  # back on the bus: a later loss is news again
-        return GpuSample.model_validate(
-            {
-                **f.values,
-                "host": self._host,
-                "index": gpu.index,
-                "uuid": gpu.uuid,
-                "pci_bus_id": gpu.pci_bus_id,
-                "name": gpu.name,
-                "lost": f.lost,
-                "observed_at": observed_at,
-                "unsupported": tuple(f.unsupported),
-                "errors": tuple(f.errors),
-            }
-        )
-
-    def _temperature(self, h: Any) -> int:
-        nv = self._nv
-        if self._use_temperature_v and hasattr(nv, "nvmlDeviceGetTemperatureV"):
-            try:
-                return int(nv.nvmlDeviceGetTemperatureV(h, nv.NVML_TEMPERATURE_GPU))
-            except nv.NVMLError_FunctionNotFound:
-                self._use_temperature_v = False  # older driver: the deprecated call is all there is
-        return int(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
-
-    def _clocks_event_reasons(self, h: Any) -> int:
-        nv = self._nv
-        if self._use_clocks_event and hasattr(nv, "nvmlDeviceGetCurrentClocksEventReasons"):
-            try:
-                return int(nv.nvmlDeviceGetCurrentClocksEventReasons(h))
-            except nv.NVMLError_FunctionNotFound:
-                self._use_clocks_event = False  # drivers before the rename only know "throttle reasons"
-        return int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
-
-    def _ecc(self, h: Any, err_type: str, counter: str) -> tuple[int]:
-        nv = self._nv
-        return (int(nv.nvmlDeviceGetTotalEccErrors(h, getattr(nv, err_type), getattr(nv, counter))),)
-
-    def _utilization(self, h: Any) -> tuple[int, int]:
-        rates = self._nv.nvmlDeviceGetUtilizationRates(h)
-        return int(rates.gpu), int(rates.memory)
-
-    def _memory(self, h: Any) -> tuple[int, int, int]:
-        mem = self._nv.nvmlDeviceGetMemoryInfo(h)
-        return int(mem.used), int(mem.total), int(mem.free)
-
-    def _retired_pages(self, h: Any, cause: str) -> tuple[int]:
-        # The count is all a verdict needs; pynvml sizes the buffer itself (a first call with count 0).
-        return (len(self._nv.nvmlDeviceGetRetiredPages(h, getattr(self._nv, cause))),)
-
-    def _remapped_rows(self, h: Any) -> tuple[int, int, bool, bool]:
-        corr, unc, pending, failure = self._nv.nvmlDeviceGetRemappedRows(h)
-        return int(corr), int(unc), bool(pending), bool(failure)
-
-    def _nvlink_crc_errors(self, h: Any) -> int:
-        nv = self._nv
-        total = 0
-        for link in range(int(nv.NVML_NVLINK_MAX_LINKS)):
-            try:
-                active = int(nv.nvmlDeviceGetNvLinkState(h, link)) == int(nv.NVML_FEATURE_ENABLED)
-            except (nv.NVMLError_InvalidArgument, nv.NVMLError_NotSupported):
-                if link == 0:
-                    raise  # no NVLink at all: the caller records NOT_SUPPORTED (or the error)
-                break  # past this GPU's last link
-            if active:
-                total += sum(
-                    int(nv.nvmlDeviceGetNvLinkErrorCounter(h, link, getattr(nv, c))) for c in _NVLINK_CRC_COUNTERS
-                )
-        return total
+        return sample
 
     # ------------------------------------------------------------------ events
 
-    def _note_lost(self, gpu: _Gpu, *, from_sample: bool = False) -> None:
+    def _note_lost(self, gpu: NvmlGpu, *, from_sample: bool = False) -> None:
         with self._lost_lock:
             if gpu.index in self._lost_reported or (from_sample and gpu.index in self._covered):
                 return
             self._lost_reported.add(gpu.index)
         self._emit(GpuEventKind.GPU_LOST, gpu)
 
-    def _emit(self, kind: GpuEventKind, gpu: _Gpu | None, xid: int | None = None) -> None:
+    def _emit(self, kind: GpuEventKind, gpu: NvmlGpu | None, xid: int | None = None) -> None:
         event = GpuEvent(
             kind=kind,
             host=self._host,
@@ -403,10 +234,10 @@ class NvmlSource:
             except nv.NVMLError as exc:
                 log.warning("nvmlEventSetFree failed on %s: %s", self._host, exc)
 
-    def _register(self, event_set: Any) -> dict[int, _Gpu]:
+    def _register(self, event_set: Any) -> dict[int, NvmlGpu]:
         nv = self._nv
         wanted = int(nv.nvmlEventTypeXidCriticalError) | int(nv.nvmlEventTypeDoubleBitEccError)
-        by_address: dict[int, _Gpu] = {}
+        by_address: dict[int, NvmlGpu] = {}
         for gpu in list(self._gpus):
             if gpu.handle is None or gpu.address is None:
                 continue
@@ -423,7 +254,7 @@ class NvmlSource:
             self._covered.update(gpu.index for gpu in by_address.values())
         return by_address
 
-    def _wait_loop(self, event_set: Any, by_address: dict[int, _Gpu], stop: threading.Event) -> None:
+    def _wait_loop(self, event_set: Any, by_address: dict[int, NvmlGpu], stop: threading.Event) -> None:
         nv = self._nv
         xid_mask = int(nv.nvmlEventTypeXidCriticalError)
         dbe_mask = int(nv.nvmlEventTypeDoubleBitEccError)
@@ -443,7 +274,7 @@ class NvmlSource:
                 log.warning("nvmlEventSetWait_v2 on %s failed: %s", self._host, exc)
                 stop.wait(pause)
                 continue
-            address = _address(data.device)
+            address = handle_address(data.device)
             gpu = by_address.get(address) if address is not None else None
             event_type = int(data.eventType)
             if event_type & xid_mask:
@@ -451,7 +282,7 @@ class NvmlSource:
             elif event_type & dbe_mask:
                 self._emit(GpuEventKind.ECC_DBE, gpu)
 
-    def _probe_lost(self, gpus: Iterable[_Gpu]) -> None:
+    def _probe_lost(self, gpus: Iterable[NvmlGpu]) -> None:
         nv = self._nv
         for gpu in gpus:
             try:
