@@ -54,7 +54,10 @@ from workflows.domain.audit import (
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.fleet import ApprovalOutcome, FleetStatus
 from workflows.domain.recovery import JobRecoveryStatus
-from workflows.policy.audit import DEFINITIONS, RunRead, cap_incidents, fleet_approvals, histogram, job_audit, utc
+from workflows.policy.audit import DEFINITIONS
+from workflows.policy.audit_approvals import fleet_approvals
+from workflows.policy.audit_incidents import RunRead, cap_incidents, job_audit
+from workflows.policy.audit_measures import histogram, utc
 from workflows.policy.fleet import MAX_DECIDED_APPROVALS
 
 __all__ = ["AuditActivities", "render_html", "render_markdown", "report_json", "visibility_query"]

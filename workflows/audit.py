@@ -20,7 +20,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.constants import AUDIT_WORKFLOW
     from workflows.domain.audit import AuditCollectInput, AuditInput, AuditResult, AuditWriteInput
     from workflows.domain.errors import FailureKind
-    from workflows.policy.audit import summarise, utc
+    from workflows.policy.audit import summarise
+    from workflows.policy.audit_measures import utc
 
 _PERMANENT = [k.value for k in FailureKind if not k.retryable]
 

@@ -23,7 +23,7 @@ from tests.unit.audit.builders import CLUSTER, SINCE, UNTIL, fleet_approvals, st
 from workflows.constants import fleet_workflow_id
 from workflows.domain.audit import AuditCollectInput, FleetRead
 from workflows.domain.fleet import BreakerStatus, FleetPolicy, FleetState, FleetStatus
-from workflows.policy.audit import fleet_approvals as approvals_of_period
+from workflows.policy.audit_approvals import fleet_approvals as approvals_of_period
 
 HANG = object()
 

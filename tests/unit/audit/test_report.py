@@ -33,8 +33,9 @@ from workflows.domain.audit import (
     FleetApprovals,
     FleetRead,
 )
-from workflows.policy.audit import DEFINITIONS, RunRead, job_audit, summarise
-from workflows.policy.audit import fleet_approvals as approvals_of_period
+from workflows.policy.audit import DEFINITIONS, summarise
+from workflows.policy.audit_approvals import fleet_approvals as approvals_of_period
+from workflows.policy.audit_incidents import RunRead, job_audit
 
 EVIL = '<script>alert("x")</script> | **bold** [link](http://evil.example) & `code`'
 

@@ -39,22 +39,14 @@ from workflows.domain.audit import (
 from workflows.domain.fleet import Approval, ApprovalKind, ApprovalOutcome
 from workflows.domain.incident import Anomaly, AnomalyKind, Evidence, EvidenceSource, Incident
 from workflows.domain.recovery import RecoveryState
-from workflows.policy.audit import (
-    EXPIRED_DECIDER,
-    RunRead,
-    approval_summary,
-    cap_incidents,
-    digest_incident,
-    downtime_s,
-    histogram,
-    incident_onset,
-    job_audit,
-    latency_stats,
-    percentile,
-    summarise,
-)
-from workflows.policy.audit import fleet_approvals as approvals_of_period
+from workflows.policy.audit import summarise
+from workflows.policy.audit_approvals import EXPIRED_DECIDER, approval_summary
+from workflows.policy.audit_approvals import fleet_approvals as approvals_of_period
+from workflows.policy.audit_incidents import RunRead, cap_incidents, digest_incident, incident_onset, job_audit
+from workflows.policy.audit_measures import histogram, latency_stats
 from workflows.policy.fleet import MAX_DECIDED_APPROVALS
+from workflows.policy.goodput import downtime_s
+from workflows.policy.stats import percentile
 
 FLEET_ID = f"rebound/{CLUSTER}/fleet"
 
