@@ -75,7 +75,6 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
         workflows=WORKFLOWS,
         activities=[
             slurm.observe_job,
-            slurm.watch_job,
             watch.watch,
             watch.wait_resume,
             attribution.attribute_failure,

@@ -1,4 +1,4 @@
-"""Recovery actions on the scheduler: each idempotent, each verified against a fresh observation."""
+"""Recovery actions on the scheduler, through the port: each idempotent, each verified against a fresh observation."""
 
 from __future__ import annotations
 
@@ -8,15 +8,14 @@ from datetime import UTC, datetime
 from temporalio import activity
 
 from activities.errors import classified_errors
-from activities.slurm.port import SchedulerPort
+from activities.slurm.guarded import WAITING_OR_RUNNING
+from activities.slurm.port import RestartRequest, SchedulerPort
 from workflows.constants import DRAIN_REASON_PREFIX, is_rebound_drain
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.loop import DrainInput, DrainResult, RequeueInput, RequeueResult
 from workflows.domain.slurm import JobState, SlurmJob
 
 log = logging.getLogger(__name__)
-
-_WAITING_OR_RUNNING = (JobState.PENDING, JobState.RUNNING)
 
 
 class SlurmActionActivities:
@@ -59,71 +58,30 @@ class SlurmActionActivities:
                 )
         return DrainResult(node=inp.node, verified_at=datetime.now(UTC), drained_by_us=True, detail=node.state.value)
 
-    async def _job(self, job_id: int) -> SlurmJob:
-        job = await self._scheduler.get_job(job_id)
-        if job is None:
-            raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {job_id} is gone: cannot requeue it")
-        return job
-
-    async def _wait_for_dead_nodes(self, job: SlurmJob) -> None:
-        """Leave a job that still holds an unresponsive node to Slurm until it declares the node DOWN.
-
-        Requeuing it earlier corrupts its GPU allocation on Slurm 22.05 (seen on the lab: the successor started
-        with "Invalid generic resource (gres) specification" and "dealloc of node n3 bad node_offset"). Once the
-        node is DOWN, Slurm requeues or ends the job by itself, and the next attempt carries on from there.
-        """
-        if job.state not in (JobState.RUNNING, JobState.COMPLETING):
-            return
-        nodes = {n.name: n for n in await self._scheduler.list_nodes()}
-        dying = [n for n in job.nodes if n in nodes and not nodes[n].is_responding and nodes[n].state.value != "down"]
-        if dying:
-            raise ReboundError(
-                FailureKind.SCHEDULER_BUSY,
-                f"job {job.job_id} still holds unresponsive node(s) {', '.join(dying)}: waiting for Slurm to "
-                "declare them DOWN before requeuing",
-            )
-
     @activity.defn(name="slurm_requeue_job")
     async def requeue_job(self, inp: RequeueInput) -> RequeueResult:
-        """Requeue the job held, exclude the implicated nodes, release it; verify with a fresh ``squeue``.
+        """Restart the job without the implicated nodes through the port; verify with a fresh observation.
 
-        Holding first means the exclusion can never race the job's restart. Starting at once (skipping Slurm's
-        ``cred_expire`` wait) is only safe when every node of the previous run is excluded: those nodes revoke
-        the job's credential for a while (see ``SchedulerActions.release_job``).
+        How the restart is done is the scheduler adapter's (on Slurm 22.05: requeue held, exclude, release;
+        ADR 009); this activity only proves the successor exists and is kept off the implicated nodes.
         """
         log.info("requeue job %s excluding %s key=%s", inp.job_id, inp.exclude, inp.key)
-        sched = self._scheduler
+        request = RestartRequest(
+            job_id=inp.job_id,
+            exclude=inp.exclude,
+            previous_nodes=inp.previous_nodes,
+            expected_restart_count=inp.expected_restart_count,
+        )
         with classified_errors():
-            job = await self._job(inp.job_id)
-            if job.state is JobState.CANCELLED:
-                # Its owner cancelled it (perhaps while we backed off): never bring back what a person stopped.
+            restart = await self._scheduler.restart_excluding(request)
+            if restart.state is JobState.CANCELLED:
                 return RequeueResult(
-                    job_id=inp.job_id, verified_at=datetime.now(UTC), state=job.state, restart_count=job.restart_count
+                    job_id=inp.job_id,
+                    verified_at=datetime.now(UTC),
+                    state=restart.state,
+                    restart_count=restart.restart_count,
                 )
-            if job.state is JobState.COMPLETING:
-                # The old run is still being torn down (by Slurm, an operator's requeue, or our earlier attempt).
-                raise ReboundError(FailureKind.SCHEDULER_BUSY, f"job {inp.job_id} is still completing")
-            needs_requeue = job.state is not JobState.PENDING and job.restart_count <= inp.expected_restart_count
-            if needs_requeue:
-                # Not requeued yet (by us in an earlier attempt, by Slurm after a node failure, or by an operator):
-                # a PENDING job already waits to run again, whatever its restart count says.
-                await self._wait_for_dead_nodes(job)
-                await sched.requeue_job(inp.job_id, hold=True, expected_restart_count=inp.expected_restart_count)
-                job = await self._job(inp.job_id)
-            if job.state not in _WAITING_OR_RUNNING:
-                # COMPLETING (the old run is still being torn down), or briefly still shown as ended.
-                raise ReboundError(
-                    FailureKind.SCHEDULER_BUSY, f"job {inp.job_id} is {job.state.value}; not pending yet"
-                )
-            if job.state is JobState.PENDING:
-                wanted = tuple(sorted(set(job.excluded_nodes) | set(inp.exclude)))
-                if set(wanted) != set(job.excluded_nodes):
-                    await sched.set_excluded_nodes(inp.job_id, wanted)
-                start_now = bool(inp.previous_nodes) and set(inp.previous_nodes) <= set(wanted)
-                await sched.release_job(inp.job_id, start_now=start_now)
-            else:
-                start_now = False  # already running again (an earlier attempt released it)
-            fresh = await sched.get_job(inp.job_id)
+            fresh = await self._scheduler.get_job(inp.job_id)
             _verify_requeued(inp, fresh)
         assert fresh is not None
         return RequeueResult(
@@ -132,7 +90,7 @@ class SlurmActionActivities:
             state=fresh.state,
             restart_count=fresh.restart_count,
             excluded_nodes=fresh.excluded_nodes,
-            started_now=start_now,
+            started_now=restart.started_now,
         )
 
 
@@ -143,7 +101,7 @@ def _verify_requeued(inp: RequeueInput, fresh: SlurmJob | None) -> None:
     and started it before we could exclude anything) must simply not be on an implicated node: those are
     drained or down, so Slurm cannot have placed it there, and this check proves it.
     """
-    if fresh is None or fresh.state not in _WAITING_OR_RUNNING:
+    if fresh is None or fresh.state not in WAITING_OR_RUNNING:
         raise ReboundError(
             FailureKind.SCHEDULER_BUSY, f"job {inp.job_id} is {fresh.state.value if fresh else 'gone'} after requeue"
         )

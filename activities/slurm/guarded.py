@@ -4,7 +4,8 @@ Every backend that can act (scontrol, pyslurm, the test fake) supplies the raw c
 request that raises ``SlurmCallError`` carrying Slurm's error number. ``GuardedActions`` turns them into the
 ``SchedulerActions`` contract documented in ``activities.slurm.port``. The decisions are made on state read
 just before acting; Slurm's error numbers are consulted only for the races that a read cannot rule out (the job
-started, or got requeued, between the read and the call).
+started, or got requeued, between the read and the call). ``restart_excluding`` composes those actions into
+Slurm 22.05's restart sequence: requeue held, exclude, release (ADR 009).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from collections.abc import Sequence
 
 from activities.slurm.errors import SlurmErrno
 from activities.slurm.hostlist import HostlistError, compress
+from activities.slurm.port import RestartRequest, RestartResult
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.slurm import JobState, NodeBaseState, SlurmJob, SlurmNode
 
-__all__ = ["GuardedActions", "HELD_REASONS", "SlurmCallError", "is_held"]
+__all__ = ["GuardedActions", "HELD_REASONS", "SlurmCallError", "WAITING_OR_RUNNING", "is_held"]
 
 #: ``state_reason`` of a held job: ``requeuehold``/``uhold`` give JobHeldUser, ``hold`` JobHeldAdmin (verified).
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
@@ -25,6 +27,8 @@ HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 # States in which Slurm still accepts changes meant for the job's next start (verified on 22.05: exclusion
 # works while a requeued job is COMPLETING as well as PENDING).
 _NOT_STARTED = (JobState.PENDING, JobState.COMPLETING)
+#: States of a restarted job: waiting to run again, or running again.
+WAITING_OR_RUNNING = (JobState.PENDING, JobState.RUNNING)
 
 
 class SlurmCallError(ReboundError):
@@ -41,11 +45,15 @@ def is_held(job: SlurmJob) -> bool:
 
 
 class GuardedActions(ABC):
-    """``SchedulerActions`` on top of raw calls; subclasses also provide ``get_job``/``get_node``."""
+    """``SchedulerActions`` on top of raw calls; subclasses also provide ``get_job``/``get_node``/``list_nodes``."""
 
     @abstractmethod
     async def get_job(self, job_id: int) -> SlurmJob | None:
         """A fresh observation of one job (see ``SchedulerReads.get_job``)."""
+
+    @abstractmethod
+    async def list_nodes(self) -> tuple[SlurmNode, ...]:
+        """A fresh observation of every node (see ``SchedulerReads.list_nodes``)."""
 
     @abstractmethod
     async def get_node(self, name: str) -> SlurmNode | None:
@@ -206,6 +214,67 @@ class GuardedActions(ABC):
                 raise
         if is_held(job):
             await self._release(job_id)
+
+    async def restart_excluding(self, request: RestartRequest) -> RestartResult:
+        """See ``SchedulerActions.restart_excluding``: requeue held, exclude, release (Slurm 22.05, ADR 009).
+
+        Holding first means the exclusion can never race the job's restart. Starting at once (skipping Slurm's
+        ``cred_expire`` wait) is only safe when every node of the previous run is excluded: those nodes revoke
+        the job's credential for a while (see ``SchedulerActions.release_job``).
+
+        Raises:
+            ReboundError: ``JOB_NOT_FOUND``; ``SCHEDULER_BUSY`` while the old run is completing, holds a node
+                Slurm has not declared DOWN yet, or is briefly still shown as ended; what the actions raise.
+        """
+        job_id = request.job_id
+        job = await self._job_to_restart(job_id)
+        if job.state is JobState.CANCELLED:
+            # Its owner cancelled it (perhaps while we backed off): never bring back what a person stopped.
+            return RestartResult(state=job.state, restart_count=job.restart_count)
+        if job.state is JobState.COMPLETING:
+            # The old run is still being torn down (by Slurm, an operator's requeue, or our earlier attempt).
+            raise ReboundError(FailureKind.SCHEDULER_BUSY, f"job {job_id} is still completing")
+        if job.state is not JobState.PENDING and job.restart_count <= request.expected_restart_count:
+            # Not requeued yet (by us in an earlier attempt, by Slurm after a node failure, or by an operator):
+            # a PENDING job already waits to run again, whatever its restart count says.
+            await self._wait_for_dead_nodes(job)
+            await self.requeue_job(job_id, hold=True, expected_restart_count=request.expected_restart_count)
+            job = await self._job_to_restart(job_id)
+        if job.state not in WAITING_OR_RUNNING:
+            # COMPLETING (the old run is still being torn down), or briefly still shown as ended.
+            raise ReboundError(FailureKind.SCHEDULER_BUSY, f"job {job_id} is {job.state.value}; not pending yet")
+        start_now = False  # already running again (an earlier attempt released it)
+        if job.state is JobState.PENDING:
+            wanted = tuple(sorted(set(job.excluded_nodes) | set(request.exclude)))
+            if set(wanted) != set(job.excluded_nodes):
+                await self.set_excluded_nodes(job_id, wanted)
+            start_now = bool(request.previous_nodes) and set(request.previous_nodes) <= set(wanted)
+            await self.release_job(job_id, start_now=start_now)
+        return RestartResult(state=job.state, restart_count=job.restart_count, started_now=start_now)
+
+    async def _job_to_restart(self, job_id: int) -> SlurmJob:
+        job = await self.get_job(job_id)
+        if job is None:
+            raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {job_id} is gone: cannot requeue it")
+        return job
+
+    async def _wait_for_dead_nodes(self, job: SlurmJob) -> None:
+        """Leave a job that still holds an unresponsive node to Slurm until it declares the node DOWN.
+
+        Requeuing it earlier corrupts its GPU allocation on Slurm 22.05 (seen on the lab: the successor started
+        with "Invalid generic resource (gres) specification" and "dealloc of node n3 bad node_offset"). Once the
+        node is DOWN, Slurm requeues or ends the job by itself, and the next attempt carries on from there.
+        """
+        if job.state not in (JobState.RUNNING, JobState.COMPLETING):
+            return
+        nodes = {n.name: n for n in await self.list_nodes()}
+        dying = [n for n in job.nodes if n in nodes and not nodes[n].is_responding and nodes[n].state.value != "down"]
+        if dying:
+            raise ReboundError(
+                FailureKind.SCHEDULER_BUSY,
+                f"job {job.job_id} still holds unresponsive node(s) {', '.join(dying)}: waiting for Slurm to "
+                "declare them DOWN before requeuing",
+            )
 
     async def _require_job(self, job_id: int) -> SlurmJob:
         job = await self.get_job(job_id)

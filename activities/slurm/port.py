@@ -5,7 +5,7 @@ Adapters (chosen only in ``workers/``):
 | adapter | reads | actions | notes |
 |---|---|---|---|
 | ``cli.SlurmCliScheduler`` | ``squeue``/``sinfo --json`` | ``scontrol`` | the default; needs the Slurm client |
-| ``rest.SlurmRestScheduler`` | slurmrestd ``v0.0.38`` | none | 22.05 REST cannot drain/requeue/exclude |
+| ``rest.SlurmRestScheduler`` | slurmrestd ``v0.0.38`` | none | 22.05 REST cannot drain/requeue/exclude/restart |
 | ``pyslurm_adapter.PyslurmScheduler`` | libslurm | libslurm | Slurm 25.11 only; untested here |
 
 With slurmrestd, combine: ``CompositeScheduler(reads=SlurmRestScheduler(...), actions=SlurmCliScheduler(...))``.
@@ -33,12 +33,14 @@ Contract of every adapter:
     requeue) can be changed: a running job -> ``SCHEDULER_REJECTED``, a race with its start -> ``SCHEDULER_BUSY``.
   - ``release_job``: a job that is not held, or already running, is left alone. It releases any hold, an
     operator's ``scontrol hold`` (``JobHeldAdmin``) included: callers that care check ``state_reason`` first.
+  - ``restart_excluding``: restart a job under its id, kept off the given nodes. A restart already done (the
+    restart count moved past the expected one, or the job is pending) is not done again; a cancelled job is
+    never brought back. Each backend does it its own way: the Slurm adapters (``guarded.GuardedActions``) with
+    the 22.05 sequence of ADR 009, verified, about 1 s from requeue to RUNNING elsewhere::
 
-The safe recovery sequence on Slurm 22.05 (verified, about 1 s from requeue to RUNNING elsewhere)::
-
-    await port.requeue_job(job_id, hold=True, expected_restart_count=n)   # COMPLETING, then PENDING/JobHeldUser
-    await port.set_excluded_nodes(job_id, bad_nodes)                      # cannot race the job's restart
-    await port.release_job(job_id, start_now=old_nodes <= set(bad_nodes)) # see release_job: credentials
+        requeue_job(job_id, hold=True, expected_restart_count=n)   # COMPLETING, then PENDING/JobHeldUser
+        set_excluded_nodes(job_id, bad_nodes)                      # cannot race the job's restart
+        release_job(job_id, start_now=old_nodes <= set(bad_nodes)) # see release_job: credentials
 """
 
 from __future__ import annotations
@@ -48,9 +50,39 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from workflows.domain.slurm import ClusterSnapshot, SlurmJob, SlurmNode
+from workflows.domain.base import Frozen
+from workflows.domain.slurm import ClusterSnapshot, JobState, SlurmJob, SlurmNode
 
-__all__ = ["CompositeScheduler", "SchedulerActions", "SchedulerPort", "SchedulerReads"]
+__all__ = [
+    "CompositeScheduler",
+    "RestartRequest",
+    "RestartResult",
+    "SchedulerActions",
+    "SchedulerPort",
+    "SchedulerReads",
+]
+
+
+class RestartRequest(Frozen):
+    """Restart a job under its id without the given nodes (``SchedulerActions.restart_excluding``)."""
+
+    job_id: int
+    exclude: tuple[str, ...] = ()
+    """Nodes the restarted job must not run on, added to those it already excludes."""
+    previous_nodes: tuple[str, ...] = ()
+    """The nodes of the run that failed: the restart may start at once only when all of them are excluded."""
+    expected_restart_count: int
+    """The restart count when the failure was detected: a higher one means the restart already happened."""
+
+
+class RestartResult(Frozen):
+    """What ``restart_excluding`` left behind, as the adapter last observed the job (before its own release)."""
+
+    state: JobState
+    """PENDING or RUNNING for a restarted job; CANCELLED when its owner stopped it and nothing was done."""
+    restart_count: int
+    started_now: bool = False
+    """The restart skipped the scheduler's own hold (every node of the previous run is excluded)."""
 
 
 @runtime_checkable
@@ -171,6 +203,19 @@ class SchedulerActions(Protocol):
         """
         ...
 
+    async def restart_excluding(self, request: RestartRequest) -> RestartResult:
+        """Restart the job under its id (``restart_count`` goes up by one), kept off ``request.exclude``.
+
+        Idempotent (module docstring): a retried call after a restart that went through changes nothing. It
+        returns once the restart is under way; the caller verifies it on a fresh observation.
+
+        Raises:
+            ReboundError: ``JOB_NOT_FOUND``; ``SCHEDULER_REJECTED`` for a job that may not be restarted
+                (``--no-requeue``); ``SCHEDULER_BUSY`` while the scheduler cannot take it yet (the old run is
+                still being torn down, or still holds a node that stopped responding); what the actions raise.
+        """
+        ...
+
 
 @runtime_checkable
 class SchedulerPort(SchedulerReads, SchedulerActions, Protocol):
@@ -231,6 +276,10 @@ class CompositeScheduler:
     async def release_job(self, job_id: int, *, start_now: bool = False) -> None:
         """See ``SchedulerActions.release_job``."""
         await self.actions.release_job(job_id, start_now=start_now)
+
+    async def restart_excluding(self, request: RestartRequest) -> RestartResult:
+        """See ``SchedulerActions.restart_excluding``."""
+        return await self.actions.restart_excluding(request)
 
 
 async def gather_snapshot(reads: SchedulerReads) -> ClusterSnapshot:

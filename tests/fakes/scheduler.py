@@ -16,7 +16,8 @@ no partitions or resources beyond node counts, no ``MinJobAge`` (use ``forget_jo
 
 Test-side controls: ``submit``, ``schedule``, ``fail_job``, ``finish_job``, ``requeue_by_slurm``, ``node_down``,
 ``node_up``, ``settle``, ``forget_job``, ``fail_next`` and ``unreachable``. ``calls`` records every port call
-made by the code under test; ``slurm_calls`` the raw calls that reached "Slurm" (a no-op leaves none).
+made by the code under test, and every action (``restart_excluding`` is a sequence of them, each recorded after
+it); ``slurm_calls`` the raw calls that reached "Slurm" (a no-op leaves none).
 """
 
 from __future__ import annotations
@@ -29,10 +30,15 @@ from datetime import UTC, datetime
 from activities.slurm.errors import SlurmErrno, default_kind
 from activities.slurm.guarded import GuardedActions, SlurmCallError, is_held
 from activities.slurm.hostlist import expand
+from activities.slurm.port import RestartRequest, RestartResult
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.slurm import ClusterSnapshot, JobState, NodeBaseState, SlurmJob, SlurmNode
 
 __all__ = ["Call", "FakeScheduler"]
+
+_ACTIONS = frozenset(
+    {"drain_node", "resume_node", "requeue_job", "set_excluded_nodes", "release_job", "restart_excluding"}
+)
 
 
 @dataclass(frozen=True)
@@ -234,6 +240,11 @@ class FakeScheduler(GuardedActions):
         with self._port_call("release_job", job_id, start_now=start_now):
             await super().release_job(job_id, start_now=start_now)
 
+    async def restart_excluding(self, request: RestartRequest) -> RestartResult:
+        """See ``SchedulerActions.restart_excluding`` (the Slurm 22.05 sequence of ``GuardedActions``)."""
+        with self._port_call("restart_excluding", request):
+            return await super().restart_excluding(request)
+
     async def _drain(self, node: str, reason: str) -> None:
         self._raw("drain", node, reason)
         current = self._node_or_raise(node)
@@ -305,8 +316,9 @@ class FakeScheduler(GuardedActions):
 
     @contextmanager
     def _port_call(self, method: str, *args: object, **kwargs: object) -> Iterator[None]:
-        # Only the outermost call is recorded: the guard's own fresh reads are the adapter's business.
-        if self._depth == 0:
+        # The outermost call is recorded, and every action (a restart is made of them, and a test that asserts no
+        # requeue happened must see one inside it); the guard's own fresh reads are the adapter's business.
+        if self._depth == 0 or method in _ACTIONS:
             self.calls.append(Call(method, args, dict(kwargs)))
             if self.unreachable:
                 raise ReboundError(FailureKind.SCHEDULER_UNREACHABLE, "fake slurmctld is unreachable")

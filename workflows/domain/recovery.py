@@ -192,27 +192,6 @@ class ObserveJobResult(Frozen):
     job: SlurmJob | None = None
 
 
-class WatchJobInput(Frozen):
-    """Watch a job until it changes: another state, another restart, or gone.
-
-    Polls in one heartbeating activity, not a workflow timer loop: the workflow's history grows only when
-    something happened.
-    """
-
-    job_id: int
-    poll_interval_s: float = Field(2.0, gt=0)
-    last_state: JobState | None = None
-    last_restart_count: int = 0
-
-
-class WatchJobResult(Frozen):
-    """Why the watch returned: the job's last observation (None: the scheduler forgot it)."""
-
-    observed_at: datetime
-    job: SlurmJob | None = None
-    polls: int = 0
-
-
 JobRecoveryInput.model_rebuild()
 
 
