@@ -1,0 +1,70 @@
+"""The Fleet's policy: which implicated nodes Rebound drains, which wait for an operator, and each node's lifecycle.
+
+Pure and deterministic: ``now`` is passed in, nothing is read or written, and every function returns a new
+``FleetState`` (the Fleet workflow is the only caller and the single writer of node quarantine).
+
+``decide_isolation`` applies these rules to one ``IsolationRequest``, in order, each adding a reason for people:
+
+1. Mode: act in ``act`` mode, or in ``canary`` mode for a job of the canary partition; otherwise the verdict is
+   computed in full (what WOULD be drained or held) but ``act`` is False.
+2. Ownership: a node someone else drained is evidence, excluded and never touched (``external``); a node Rebound
+   already drained is excluded, not drained again; a node the scheduler does not list is excluded.
+3. Cross-job correlation: when this request and other jobs' incidents within ``correlation_window_s`` implicate
+   at least two jobs and ``correlation_min_nodes`` distinct nodes, the cause is more likely shared (a switch, a file
+   system): every candidate waits for an operator. A node another job implicated in that window is a strong suspect.
+4. Low confidence (unless a strong suspect) and protected partitions wait for an operator.
+5. Breaker: at most ``cap`` drains per sliding window for the cluster and for each partition; the rest wait.
+6. The job's Nth restart (``approve_restart_from``) waits for an operator.
+7. Everything drained, waiting, or drained by others is kept out of the job's next placement.
+
+Windows are closed: an event exactly ``window_s`` old still counts (the safe side of every limit).
+
+The parts: ``decision`` (the rules above, and the memory of decisions), ``breaker`` (rule 5), ``lifecycle`` (each
+node's incidents, drains, health checks and sync with the scheduler), ``approvals``, ``common``. This package's
+names below are its public surface, the one the Fleet workflow uses.
+"""
+
+from __future__ import annotations
+
+from workflows.policy.fleet.approvals import (
+    MAX_DECIDED_APPROVALS,
+    answer_approval,
+    expire_approvals,
+    open_approval,
+    validate_answer,
+)
+from workflows.policy.fleet.breaker import breaker_status
+from workflows.policy.fleet.decision import MAX_DECISIONS, decide_isolation, find_decision, remember_decision
+from workflows.policy.fleet.lifecycle import (
+    MAX_CHECKS_PER_NODE,
+    MAX_DRAIN_EVENTS,
+    MAX_INCIDENTS_PER_NODE,
+    after_drain,
+    after_health_check,
+    health_checks_due,
+    is_lemon,
+    note_incident,
+    sync_with_view,
+)
+
+__all__ = [
+    "MAX_CHECKS_PER_NODE",
+    "MAX_DECIDED_APPROVALS",
+    "MAX_DECISIONS",
+    "MAX_DRAIN_EVENTS",
+    "MAX_INCIDENTS_PER_NODE",
+    "after_drain",
+    "after_health_check",
+    "answer_approval",
+    "breaker_status",
+    "decide_isolation",
+    "expire_approvals",
+    "find_decision",
+    "health_checks_due",
+    "is_lemon",
+    "note_incident",
+    "open_approval",
+    "remember_decision",
+    "sync_with_view",
+    "validate_answer",
+]

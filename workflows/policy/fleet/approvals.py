@@ -1,0 +1,145 @@
+"""The Fleet's approvals: actions held for an operator, opened once per (request, kind), answered by an
+operator the policy allows, or expired to the policy's default; pending ones are never dropped. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+
+from workflows.domain.fleet import (
+    Approval,
+    ApprovalAnswer,
+    ApprovalKind,
+    ApprovalOutcome,
+    FleetPolicy,
+    FleetState,
+    IsolationRequest,
+)
+from workflows.domain.progress import aware
+from workflows.policy.fleet.common import age_s, span, unique
+
+__all__ = ["MAX_DECIDED_APPROVALS", "answer_approval", "expire_approvals", "open_approval", "validate_answer"]
+
+MAX_DECIDED_APPROVALS = 100
+
+
+def _bounded_approvals(approvals: Iterable[Approval]) -> tuple[Approval, ...]:
+    """Every pending approval, and the most recent ``MAX_DECIDED_APPROVALS`` decided ones, order kept.
+
+    A decided approval the workflow has not carried out yet is never dropped: its answer (a drain, a restart
+    reply the job waits for) must still happen, even when a burst of expiries decides more than the bound at once.
+    """
+    items = list(approvals)
+    decided = [i for i, a in enumerate(items) if a.outcome is not ApprovalOutcome.PENDING]
+    excess = len(decided) - MAX_DECIDED_APPROVALS
+    drop = set([i for i in decided if items[i].carried_out][: max(excess, 0)])
+    return tuple(a for i, a in enumerate(items) if i not in drop)
+
+
+def open_approval(
+    state: FleetState,
+    kind: ApprovalKind,
+    req: IsolationRequest,
+    nodes: Sequence[str],
+    reasons: Sequence[str],
+    policy: FleetPolicy,
+    now: datetime,
+) -> tuple[FleetState, Approval]:
+    """A new pending approval ``a-<n>`` with its deadline; the one already pending for (request, kind) if any,
+    so a repeated request never asks the operator twice."""
+    for existing in state.approvals:
+        if (
+            existing.outcome is ApprovalOutcome.PENDING
+            and existing.kind is kind
+            and existing.request.request_id == req.request_id
+        ):
+            return state, existing
+    approval = Approval(
+        id=f"a-{state.next_approval}",
+        kind=kind,
+        request=req,
+        nodes=tuple(unique(nodes)),
+        reasons=tuple(reasons),
+        requested_at=now,
+        deadline=now + timedelta(seconds=policy.approval_timeout_s),
+    )
+    new = state.model_copy(
+        update={
+            "approvals": _bounded_approvals((*state.approvals, approval)),
+            "next_approval": state.next_approval + 1,
+        }
+    )
+    return new, approval
+
+
+def _find_approval(state: FleetState, approval_id: str) -> Approval | None:
+    return next((a for a in state.approvals if a.id == approval_id), None)
+
+
+def validate_answer(state: FleetState, answer: ApprovalAnswer, policy: FleetPolicy) -> str | None:
+    """Why this answer must be refused (for the update's validator), or None when it may be applied."""
+    operator = answer.operator.strip()
+    if not operator:
+        return "the operator is empty: say who answers (--as NAME)"
+    approval = _find_approval(state, answer.approval_id.strip())
+    if approval is None:
+        pending = [a.id for a in state.approvals if a.outcome is ApprovalOutcome.PENDING]
+        return f"unknown approval id {answer.approval_id!r} (pending: {', '.join(pending) or 'none'})"
+    if approval.outcome is not ApprovalOutcome.PENDING:
+        by = f" by {approval.decided_by}" if approval.decided_by else ""
+        return f"approval {approval.id} is not pending: already {approval.outcome.value}{by}"
+    if not policy.operators:
+        return (
+            "no operators are configured (fleet.operators): nobody may approve or reject; approvals time out "
+            f"to {policy.approval_default.value}"
+        )
+    if operator not in policy.operators:
+        return f"operator {operator!r} may not answer approvals (fleet.operators: {', '.join(policy.operators)})"
+    return None
+
+
+def answer_approval(state: FleetState, answer: ApprovalAnswer, now: datetime) -> FleetState:
+    """Apply an operator's answer; an answer to an unknown or decided approval changes nothing (validated first)."""
+    approval = _find_approval(state, answer.approval_id.strip())
+    if approval is None or approval.outcome is not ApprovalOutcome.PENDING:
+        return state
+    outcome = ApprovalOutcome.APPROVED if answer.approve else ApprovalOutcome.REJECTED
+    decided = approval.model_copy(
+        update={
+            "outcome": outcome,
+            "decided_by": answer.operator.strip(),
+            "decided_at": now,
+            "note": answer.note,
+            "applied": outcome,
+        }
+    )
+    approvals = (decided if a.id == approval.id else a for a in state.approvals)
+    return state.model_copy(update={"approvals": _bounded_approvals(approvals)})
+
+
+def expire_approvals(state: FleetState, policy: FleetPolicy, now: datetime) -> tuple[FleetState, list[Approval]]:
+    """Pending approvals past their deadline become EXPIRED with the policy's default applied.
+
+    A default other than ``approved`` applies as ``rejected``: only an explicit choice may let Rebound act alone.
+    """
+    applied = (
+        ApprovalOutcome.APPROVED if policy.approval_default is ApprovalOutcome.APPROVED else ApprovalOutcome.REJECTED
+    )
+    expired: list[Approval] = []
+    approvals: list[Approval] = []
+    for a in state.approvals:
+        if a.outcome is ApprovalOutcome.PENDING and aware(now) >= aware(a.deadline):
+            a = a.model_copy(
+                update={
+                    "outcome": ApprovalOutcome.EXPIRED,
+                    "decided_at": now,
+                    "applied": applied,
+                    "note": f"no answer within {span(age_s(a.deadline, a.requested_at))}: {applied.value} by default",
+                }
+            )
+            expired.append(a)
+        approvals.append(a)
+    if not expired:
+        return state, []
+    return state.model_copy(update={"approvals": _bounded_approvals(approvals)}), expired
