@@ -83,8 +83,8 @@ async def run_audit(
     from temporalio.service import RPCError, RPCStatusCode
 
     from activities.temporal.rebound_workflows import start_audit
-    from workers.cli import EXIT_FAIL, EXIT_OK, print_json
     from workers.client import connect
+    from workers.console import EXIT_FAIL, EXIT_OK, print_json
     from workflows.constants import audit_ondemand_workflow_id
     from workflows.domain.audit import AuditInput
     from workflows.domain.errors import FailureKind, ReboundError

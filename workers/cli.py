@@ -1,24 +1,24 @@
-"""The ``rebound`` command line: run the worker and node agents, drive the lab, look at monitored jobs.
+"""The ``rebound`` command line: run the worker and node agents, look at monitored jobs, steer the Fleet.
 
-Exit codes: 0 success, 1 failure, 2 usage error, 3 Temporal unreachable, 4 not found, 5 refused (not an operator,
-approval not pending).
+The lab (``rebound lab ...``) and its benchmarks (``rebound bench recovery|healthy``) plug in from ``deploy``
+through the ``rebound.cli`` entry points (``workers.cli_plugins``): the composition root never imports the lab.
+Exit codes: ``workers.console``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from workers.cli_plugins import Commands, load_plugins, runner_of
+from workers.console import EXIT_FAIL, EXIT_OK, EXIT_USAGE, exit_code_for
 from workers.settings import Settings
-from workflows.domain.errors import FailureKind, ReboundError
-
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
+from workflows.domain.errors import ReboundError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,13 +45,15 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("node")
     g.add_argument("--json", action="store_true", help="machine-readable output")
 
-    from deploy.local.cli import add_lab_parser
+    from workers import bench
     from workers.audit_cli import add_audit_parser
-    from workers.bench import add_bench_parser
     from workers.diagnose_cli import add_diagnose_parser
 
-    add_lab_parser(sub)
-    add_bench_parser(sub)
+    b = sub.add_parser(
+        "bench", help="benchmarks: recovery on the lab, detection on a log corpus, attribution on recorded failures"
+    )
+    commands = Commands(top=sub, bench=b.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND"))
+    bench.register(commands)
     add_diagnose_parser(sub)
     add_audit_parser(sub)
     from workers.fleet_cli import add_fleet_parsers
@@ -59,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_fleet_parsers(sub)
     add_incident_parsers(sub)
+    load_plugins(commands)  # rebound lab, rebound bench recovery|healthy
     return p
 
 
@@ -66,26 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rebound`` console script."""
     args = _parser().parse_args(argv)
     try:
-        if args.command == "lab":
-            from deploy.local.cli import run_lab_command
-
-            return run_lab_command(args)
-        if args.command == "bench" and args.bench_command == "detection":
-            from workers.bench.detection import run_detection_command
-
-            return run_detection_command(args)
-        if args.command == "bench" and args.bench_command == "healthy":
-            from workers.bench.healthy import run_healthy_command
-
-            return run_healthy_command(args)
-        if args.command == "bench" and args.bench_command == "attribution":
-            from workers.bench.attribution import run_attribution_command
-
-            return run_attribution_command(args)
-        if args.command == "bench":
-            from workers.bench.recovery import run_bench_command
-
-            return run_bench_command(args)
+        run = runner_of(args)
+        if run is not None:  # a benchmark, or a plugin's command
+            return run(args)
         if args.command == "diagnose":
             from workers.diagnose_cli import run_diagnose_command
 
@@ -135,21 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_USAGE
 
 
-def exit_code_for(kind: FailureKind) -> int:
-    if kind is FailureKind.TEMPORAL_UNREACHABLE:
-        return EXIT_UNREACHABLE
-    if kind in (FailureKind.JOB_NOT_FOUND, FailureKind.NODE_NOT_FOUND):
-        return EXIT_NOT_FOUND
-    return EXIT_FAIL
-
-
 def _run_async(make: Callable[[], Coroutine[Any, Any, int | None]]) -> int:
     rc = asyncio.run(make())
     return EXIT_OK if rc is None else rc
-
-
-def print_json(data: object) -> None:
-    print(json.dumps(data, indent=2, default=str))
 
 
 def console_main() -> None:

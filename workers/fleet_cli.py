@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.temporal import rebound_workflows
+from workers.console import EXIT_REFUSED, print_json
 from workers.settings import Settings
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.fleet import (
@@ -28,10 +29,8 @@ from workflows.domain.fleet import (
     ModeChange,
 )
 
-__all__ = ["EXIT_REFUSED", "add_fleet_parsers", "fleet_status", "reset_breaker", "run_fleet_command"]
+__all__ = ["add_fleet_parsers", "fleet_status", "reset_breaker", "run_fleet_command"]
 
-#: The Fleet refused the request (not an operator, unknown or already decided approval).
-EXIT_REFUSED = 5
 _COMMANDS = ("approve", "reject", "mode", "breaker", "nodes")
 _T = TypeVar("_T")
 
@@ -68,7 +67,6 @@ def _operator(args: argparse.Namespace) -> str:
 
 async def run_fleet_command(settings: Settings, args: argparse.Namespace) -> int:
     """Dispatch one operator command; returns the exit code."""
-    from workers.cli import print_json
     from workers.client import connect
 
     client = await connect(settings.temporal)

@@ -20,6 +20,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.temporal.rebound_workflows import pause_job, query_job_status, resume_job
+from workers.console import EXIT_REFUSED, print_json
 from workers.settings import Settings
 from workflows.constants import JOB_RECOVERY_WORKFLOW
 from workflows.domain.errors import FailureKind, ReboundError
@@ -61,7 +62,6 @@ def parse_since(text: str) -> timedelta:
 
 
 async def run_incident_command(settings: Settings, args: argparse.Namespace) -> int:
-    from workers.cli import print_json
     from workers.client import connect
 
     client = await connect(settings.temporal)
@@ -72,7 +72,7 @@ async def run_incident_command(settings: Settings, args: argparse.Namespace) -> 
             st = await send(client, settings.cluster_name, args.job_id, PauseRequest(operator=operator, note=args.note))
         except WorkflowUpdateFailedError as e:
             print(f"rebound: refused: {e.cause}", file=sys.stderr)
-            return 5
+            return EXIT_REFUSED
         except RPCError as e:
             if e.status is RPCStatusCode.NOT_FOUND:
                 raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {args.job_id} is not monitored by Rebound") from e

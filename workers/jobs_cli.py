@@ -8,8 +8,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.temporal.rebound_workflows import query_job_status, start_job_recovery
-from workers.cli import EXIT_NOT_FOUND, EXIT_OK, print_json
 from workers.client import connect
+from workers.console import EXIT_NOT_FOUND, EXIT_OK, print_json
 from workers.settings import Settings
 from workflows.constants import JOB_ID, JOB_RECOVERY_WORKFLOW, RECOVERY_STATE, job_workflow_id
 from workflows.domain.errors import FailureKind, ReboundError

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from activities.temporal.rebound_workflows import read_node_gpu_health
-from workers.cli import EXIT_FAIL, EXIT_OK, print_json
 from workers.client import connect
+from workers.console import EXIT_FAIL, EXIT_OK, print_json
 from workers.settings import Settings
 from workflows.domain.gpu import NodeGpuHealthResult
 

@@ -1,4 +1,7 @@
-"""``rebound lab ...``: bring the local stack up and down, submit the demo job, inject faults."""
+"""``rebound lab ...``: bring the local stack up and down, submit the demo job, inject faults.
+
+Plugs into the ``rebound`` CLI through the ``rebound.cli`` entry point ``lab`` (``workers.cli_plugins``).
+"""
 
 from __future__ import annotations
 
@@ -12,10 +15,14 @@ from typing import Any
 from deploy.local.config import LabConfig
 from deploy.local.lab import Lab, format_status
 from deploy.local.processes import LabError
+from workers.cli_plugins import Commands
 
 
-def add_lab_parser(sub: Any) -> None:
-    lab = sub.add_parser("lab", help="the local lab: Temporal dev server, Slurm cluster with fake GPUs, agents")
+def register(commands: Commands) -> None:
+    """Add ``rebound lab LAB_COMMAND ...``."""
+    lab = commands.command(
+        "lab", run_lab_command, help="the local lab: Temporal dev server, Slurm cluster with fake GPUs, agents"
+    )
     lab.add_argument("--state-dir", type=Path, help="lab state directory (default ./.rebound-lab)")
     cmds = lab.add_subparsers(dest="lab_command", required=True, metavar="LAB_COMMAND")
     cmds.add_parser("up", help="start everything that is not running (idempotent)")

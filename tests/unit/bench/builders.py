@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from deploy.bench.scoring import RunResult, score_run
 from deploy.demo.injections import InjectionRecord
-from workers.bench.scoring import RunResult, score_run
 from workflows.domain.incident import (
     ActionKind,
     ActionRecord,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from deploy.bench.labparse import batch_starts, parse_rank_log, parse_sinfo_nodes, rebound_drained
 from tests.unit.bench.builders import BATCH_LOG, RANK0_LOG, at
-from workers.bench.labparse import batch_starts, parse_rank_log, parse_sinfo_nodes, rebound_drained
 
 
 def test_parse_rank_log_splits_attempts() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from deploy.bench.recovery import bench_report, format_table, scenario_summary
 from tests.unit.bench.builders import drain, incident, record, requeue, score, status
-from workers.bench.recovery import bench_report, format_table, scenario_summary
 from workflows.domain.recovery import RecoveryState
 
 # ----- summaries ------------------------------------------------------------------------------------------------

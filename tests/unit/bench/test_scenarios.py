@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from deploy.bench.scenarios import SCENARIOS, GroundTruth, ground_truth, parse_scenarios, pick_target
 from deploy.demo.common import RankInfo
 from tests.unit.bench.builders import JOB, record
-from workers.bench.scenarios import SCENARIOS, GroundTruth, ground_truth, parse_scenarios, pick_target
 
 
 def test_ground_truth_per_scenario() -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from deploy.bench.labparse import parse_rank_log
+from deploy.bench.scenarios import GroundTruth
+from deploy.bench.scoring import attribution_correct, false_actions, latencies, lost_work
 from tests.unit.bench.builders import RANK0_LOG, T0, at, drain, incident, line, record, requeue, score, status
-from workers.bench.labparse import parse_rank_log
-from workers.bench.scenarios import GroundTruth
-from workers.bench.scoring import attribution_correct, false_actions, latencies, lost_work
 from workflows.domain.incident import FailureClass, TimelineEntry
 from workflows.domain.recovery import RecoveryState
 

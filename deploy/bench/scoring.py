@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from workers.bench.labparse import Attempt, batch_starts, parse_rank_log, resuming_attempt
-from workers.bench.scenarios import GroundTruth, Scenario, ground_truth
+from deploy.bench.labparse import Attempt, batch_starts, parse_rank_log, resuming_attempt
+from deploy.bench.scenarios import GroundTruth, Scenario, ground_truth
 from workflows.domain.base import Frozen
 from workflows.domain.incident import ActionKind, Incident
 from workflows.domain.recovery import JobRecoveryStatus, RecoveryState

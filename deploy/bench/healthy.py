@@ -17,26 +17,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workers.bench.labparse import parse_rank_log
-from workers.bench.runner import (
-    BenchError,
-    BenchOptions,
-    _Ctx,
-    _job_state,
-    _read_lines,
-    _say,
-    _slurm,
-    _status,
-    _until,
-    prepare_lab,
-)
+from deploy.bench.context import BenchContext, BenchError, BenchOptions, read_lines, say, until
+from deploy.bench.labparse import parse_rank_log
 
 __all__ = ["run_healthy", "run_healthy_command"]
 
 _STEP_TIME = "step_time="
 
 
-async def run_healthy(ctx: _Ctx, minutes: float) -> dict[str, Any]:
+async def run_healthy(ctx: BenchContext, minutes: float) -> dict[str, Any]:
     """Train a healthy job for ``minutes`` under Rebound's watch; return what Rebound recorded about it."""
     from temporalio.service import RPCError
 
@@ -46,31 +35,31 @@ async def run_healthy(ctx: _Ctx, minutes: float) -> dict[str, Any]:
 
     layout = ctx.lab.cfg.layout
     run = f"bench-healthy-{time.strftime('%Y%m%d-%H%M%S')}"
-    await prepare_lab(ctx)
+    await ctx.prepare_lab()
     job_id = submit_demo(layout, run, steps=1_000_000, env=ctx.lab.slurm.env(), opt_in=True)
-    _say(f"healthy: submitted job {job_id} (run {run}); watching it for {minutes:g} min")
+    say(f"healthy: submitted job {job_id} (run {run}); watching it for {minutes:g} min")
     try:
 
         async def monitored() -> bool:
-            return await _status(ctx, job_id) is not None
+            return await ctx.status(job_id) is not None
 
-        await _until(f"job {job_id}'s JobRecovery workflow", ctx.opts.setup_timeout_s, 0.5, monitored)
+        await until(f"job {job_id}'s JobRecovery workflow", ctx.opts.setup_timeout_s, 0.5, monitored)
         deadline = time.monotonic() + minutes * 60
         while time.monotonic() < deadline:
-            state = _job_state(ctx, job_id)
+            state = ctx.job_state(job_id)
             if state not in ("PENDING", "CONFIGURING", "RUNNING"):
                 raise BenchError(f"job {job_id} is {state or 'gone'} during the healthy run")
             await asyncio.sleep(5)
-        status = await _status(ctx, job_id)
+        status = await ctx.status(job_id)
     finally:
         with contextlib.suppress(RPCError):  # already closed
             await terminate_job_recovery(
                 ctx.client, ctx.settings.cluster_name, job_id, "rebound bench healthy: run measured"
             )
         with contextlib.suppress(LabError):
-            _slurm(ctx, "scancel", str(job_id))
+            ctx.slurm("scancel", str(job_id))
     logs = layout.run_dir(run) / "logs"
-    rank0 = _read_lines(logs / f"job-{job_id}-rank-0.log")
+    rank0 = read_lines(logs / f"job-{job_id}-rank-0.log")
     attempts = parse_rank_log(rank0)
     step_times = [float(line.split(_STEP_TIME, 1)[1].split("s", 1)[0]) for line in rank0 if _STEP_TIME in line]
     incidents = list(status.incidents) if status is not None else []
@@ -105,7 +94,7 @@ def run_healthy_command(args: argparse.Namespace) -> int:
 
     async def main() -> dict[str, Any]:
         await asyncio.to_thread(lab.up, log=False)  # Temporal must answer before the client connects
-        ctx = _Ctx(lab=lab, client=await connect(settings.temporal), settings=settings, opts=BenchOptions())
+        ctx = BenchContext(lab=lab, client=await connect(settings.temporal), settings=settings, opts=BenchOptions())
         return await run_healthy(ctx, args.minutes)
 
     try:

@@ -3,12 +3,13 @@
 This module is the command: it runs the benchmark, prints the summary table and writes the JSON report. The
 rest lives beside it:
 
-- ``workers.bench.scenarios``: the scenarios, their ground truth and the fault's target (pure);
-- ``workers.bench.labparse``: the rank and batch logs and ``sinfo``, parsed (pure);
-- ``workers.bench.scoring``: the measures of one run against its ground truth (pure);
-- ``workers.bench.runner``: each run against the lab, from submitting the job to cleaning up (I/O).
+- ``deploy.bench.scenarios``: the scenarios, their ground truth and the fault's target (pure);
+- ``deploy.bench.labparse``: the rank and batch logs and ``sinfo``, parsed (pure);
+- ``deploy.bench.scoring``: the measures of one run against its ground truth (pure);
+- ``deploy.bench.runner``: each run against the lab, from submitting the job to cleaning up (I/O);
+- ``deploy.bench.context``: what a lab benchmark runs with (``BenchContext``) and the waits it shares (I/O).
 
-Everything but the runner is pure, so scoring and the report are unit-tested against hand-built objects.
+Everything but the runner and the context is pure, so scoring and the report are unit-tested against hand-built objects.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from workers.bench.runner import BenchOptions, run_benchmark
-from workers.bench.scenarios import Scenario, parse_scenarios
-from workers.bench.scoring import RunResult
+from deploy.bench.context import BenchOptions
+from deploy.bench.runner import run_benchmark
+from deploy.bench.scenarios import Scenario, parse_scenarios
+from deploy.bench.scoring import RunResult
 from workers.bench.stats import summarize
 
 STAT_FIELDS = ("detection_s", "action_s", "resume_s", "lost_steps")

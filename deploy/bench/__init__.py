@@ -1,0 +1,55 @@
+"""The benchmarks that run against the local lab: ``rebound bench recovery`` (``deploy.bench.recovery``) and
+``rebound bench healthy`` (``deploy.bench.healthy``).
+
+They plug into the ``rebound`` CLI through the ``rebound.cli`` entry point ``bench-lab`` (``workers.cli_plugins``),
+beside the benchmarks that need no lab (``rebound bench detection|attribution``, in ``workers.bench``). Only the
+argument parsers live here, so that ``rebound --help`` stays fast: a benchmark imports the lab, Temporal and the
+workflows when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from workers.cli_plugins import Commands
+
+__all__ = ["register"]
+
+
+def _run_recovery(args: argparse.Namespace) -> int:
+    from deploy.bench.recovery import run_bench_command
+
+    return run_bench_command(args)
+
+
+def _run_healthy(args: argparse.Namespace) -> int:
+    from deploy.bench.healthy import run_healthy_command
+
+    return run_healthy_command(args)
+
+
+def register(commands: Commands) -> None:
+    """Add ``bench recovery [--scenarios LIST] [--repeat N] [--json PATH] ...`` and
+    ``bench healthy [--minutes M] [--json PATH]``."""
+    rec = commands.benchmark(
+        "recovery",
+        _run_recovery,
+        help="inject real faults into the demo job and measure detection, recovery action, resume, lost work",
+    )
+    rec.add_argument(
+        "--scenarios",
+        default=None,
+        help="comma-separated: rank-crash,node-crash,xid,user-bug (default: all of them, in that order)",
+    )
+    rec.add_argument("--repeat", type=int, default=3, help="runs per scenario (default 3)")
+    rec.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
+    rec.add_argument("--timeout", type=float, default=180.0, help="seconds from the fault to an outcome, per run")
+    rec.add_argument("--warmup-steps", type=int, default=30, help="inject once rank 0 trained this many steps")
+    healthy = commands.benchmark(
+        "healthy",
+        _run_healthy,
+        help="the false-positive run: a healthy demo job trains on the lab for N minutes; every incident is false",
+    )
+    healthy.add_argument("--minutes", type=float, default=10.0, help="how long the healthy job trains (default 10)")
+    healthy.add_argument("--json", type=Path, default=None, help="also write the result as JSON to this path")
