@@ -16,9 +16,10 @@ from temporalio import activity
 
 from activities.errors import classified_errors
 from activities.logs.crash import LineReader, to_findings
+from activities.logs.job_logs import LogPolicy, log_patterns
 from activities.logs.line import LogLine
 from activities.slurm.port import SchedulerReads
-from activities.watch import LogPolicy, log_patterns, unresponsive
+from activities.watch import unresponsive
 from workflows.domain.findings import Cause
 from workflows.domain.incident import Attribution, LogFinding
 from workflows.domain.loop import AttributeInput, AttributeResult

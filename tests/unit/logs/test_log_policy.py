@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from activities.watch import LogPolicy
+from activities.logs.job_logs import LogPolicy
 from workflows.domain.slurm import JobState, SlurmJob
 
 

@@ -1,0 +1,57 @@
+"""A job's log files as the worker may read them: which files to tail, and the access policy they are read under
+(``watch.log_roots``, ``watch.log_require_owner``; the checks themselves are ``activities.logs.access``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from temporalio import activity
+
+from activities.logs.access import LogAccess
+from activities.logs.patterns import expand_patterns
+from activities.logs.tail import LogTail
+from workflows.domain.slurm import SlurmJob
+
+__all__ = ["LogPolicy", "log_patterns"]
+
+
+def log_patterns(patterns: Sequence[str], job: SlurmJob | None, job_id: int) -> list[str]:
+    """The files to tail: the spec's patterns with ``%j`` expanded, else the job's own stdout/stderr."""
+    if patterns:
+        return expand_patterns(patterns, job_id)
+    if job is None:
+        return []
+    return sorted({p for p in (job.standard_output, job.standard_error) if p})
+
+
+class LogPolicy:
+    """Which log files of a job the worker may read (``watch.log_roots``, ``watch.log_require_owner``).
+
+    A job's owner chooses the log patterns (in its comment), and the worker often runs as root: without this,
+    a job could make Rebound read, and show as evidence, any file on the host.
+    """
+
+    def __init__(self, roots: Sequence[Path | str] = (), *, require_owner: bool = False) -> None:
+        self._roots = tuple(roots)
+        self._require_owner = require_owner
+        self._reported: dict[int, dict[str, str]] = {}
+
+    def access(self, job: SlurmJob | None) -> LogAccess | None:
+        """The job's access policy (every file refused when the job is unknown); None when nothing is restricted."""
+        if not self._roots and not self._require_owner:
+            return None
+        return LogAccess.for_job(
+            self._roots, job.user_id if job is not None else None, require_owner=self._require_owner
+        )
+
+    def tail(self, patterns: Sequence[str], job: SlurmJob | None, job_id: int) -> LogTail:
+        """A tail over the job's log files, bound to this policy."""
+        return LogTail(patterns, access=self.access(job))
+
+    def report(self, job_id: int, tail: LogTail) -> None:
+        """Log refused patterns and files once per job and change: an operator must see why evidence is missing."""
+        refused = tail.refused
+        if refused and refused != self._reported.get(job_id):
+            activity.logger.warning("job %s: log files not read: %s", job_id, refused)
+        self._reported[job_id] = refused

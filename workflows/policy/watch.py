@@ -1,0 +1,225 @@
+"""What the watch does after each poll, and what the resume check concludes. Pure: the activities gather the facts
+(the scheduler's view of the job, the crash findings and step lines of the new log lines, the ranks' progress),
+call these functions, and act on the answer.
+
+``decide_poll``, first rule that applies:
+
+1. Only victims' lines (a lost peer, "Terminated") and a scheduler view that may lag the logs by a second: ask the
+   scheduler again before deciding (``REFRESH_SCHEDULER``).
+2. Those victims' lines while the job was requeued, cancelled, sent back to PENDING or is being torn down: someone
+   stopped it from outside, its ranks' last words are not a failure (a failed job ends FAILED and is caught by 6).
+3. Crash findings: a ``rank_crash`` anomaly.
+4. One of the job's nodes is DOWN or NOT_RESPONDING (while the job is not over): a ``node_failure`` anomaly.
+5. The scheduler no longer lists the job: ``GONE``.
+6. Its state or restart count changed: a ``job_failed`` anomaly if it ended in a failure, else ``CHANGED``.
+7. Running: a hang verdict is a ``hang`` anomaly; else (stragglers watched) a straggler verdict naming a node not
+   reported yet in this attempt is a ``straggler`` anomaly.
+8. Otherwise keep watching.
+
+``decide_resume``: the job gone or cancelled ends the wait; else, once the new log lines are read, the restarted
+attempt's first step line means it resumed, and a failed state or a culprit's line from the new attempt means it
+failed again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+
+from workflows.domain.anomaly import build_anomaly
+from workflows.domain.base import Frozen
+from workflows.domain.hang import HangPolicy, HangVerdict
+from workflows.domain.incident import Anomaly, AnomalyKind, LogFinding
+from workflows.domain.loop import ResumeOutcome, WatchOutcome
+from workflows.domain.progress import ProgressState
+from workflows.domain.recovery import StragglerAction
+from workflows.domain.slurm import JobState, SlurmJob
+from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
+from workflows.policy.hang import assess_hang
+from workflows.policy.straggler import assess_stragglers
+
+__all__ = [
+    "ResumeDecision",
+    "ResumeFacts",
+    "StepLine",
+    "WatchAction",
+    "WatchDecision",
+    "WatchFacts",
+    "decide_poll",
+    "decide_resume",
+]
+
+#: States of a job someone stopped on purpose (a requeue shows PENDING before its restart count moves).
+_STOPPED_STATES = frozenset({JobState.CANCELLED, JobState.PENDING, JobState.COMPLETING})
+
+
+class WatchFacts(Frozen):
+    """Everything one poll of the watch gathered, and what the watch was told to compare it with."""
+
+    now: datetime
+    job: SlurmJob | None
+    """The scheduler's view of the job; None when it no longer lists it."""
+    scheduler_fresh: bool = False
+    """``job`` was read from the scheduler just now, not from the shared snapshot (which may lag the logs)."""
+    findings: tuple[LogFinding, ...] = ()
+    """Crash findings in this poll's new log lines (informational ones already dropped)."""
+    unresponsive_nodes: tuple[str, ...] = ()
+    """The job's nodes (as last seen) that the scheduler shows DOWN or NOT_RESPONDING."""
+    progress: ProgressState
+    """The ranks' progress, this poll's step lines and heartbeats folded in."""
+    last_state: JobState | None = None
+    last_restart_count: int = 0
+    hang: HangPolicy = HangPolicy()
+    stragglers: StragglerPolicy = StragglerPolicy()
+    straggler_action: StragglerAction = StragglerAction.REPORT
+    reported_straggler_nodes: tuple[str, ...] = ()
+
+
+class WatchAction(StrEnum):
+    KEEP_WATCHING = "keep_watching"
+    """Nothing to report: sleep, poll again."""
+    REFRESH_SCHEDULER = "refresh_scheduler"
+    """Read the job from the scheduler now (not the shared snapshot) and decide again."""
+    RETURN = "return"
+    """Return ``outcome`` to the workflow."""
+
+
+class WatchDecision(Frozen):
+    action: WatchAction
+    outcome: WatchOutcome | None = None
+    """With ``RETURN``."""
+    anomaly: Anomaly | None = None
+    findings: tuple[LogFinding, ...] = ()
+    """The findings behind a ``rank_crash`` anomaly."""
+    progress: ProgressState | None = None
+    """The progress to carry on: into the next poll, or back to the workflow. None with a crash or a node failure:
+    their result never carried progress, and the workflow keeps what it learned before."""
+    hang: HangVerdict | None = None
+    stragglers: StragglerVerdict | None = None
+
+
+def decide_poll(facts: WatchFacts) -> WatchDecision:
+    """What to do after one poll (see the module docstring for the rules, in order)."""
+    job, now = facts.job, facts.now
+    findings = facts.findings
+    if findings and not any(f.culprit for f in findings):
+        if not facts.scheduler_fresh:
+            return WatchDecision(action=WatchAction.REFRESH_SCHEDULER, progress=facts.progress)
+        if _stopped_from_outside(job, facts.last_restart_count):
+            findings = ()
+    if findings:
+        anomaly = build_anomaly(AnomalyKind.RANK_CRASH, now, job=job, findings=findings)
+        return _anomaly(anomaly, findings=findings)
+    down = facts.unresponsive_nodes if job is None or not job.state.is_terminal() else ()
+    if down:
+        return _anomaly(build_anomaly(AnomalyKind.NODE_FAILURE, now, job=job, down_nodes=down))
+    if job is None:
+        return WatchDecision(action=WatchAction.RETURN, outcome=WatchOutcome.GONE, progress=facts.progress)
+    if job.restart_count != facts.last_restart_count or job.state is not facts.last_state:
+        if job.state.is_failure():
+            return _anomaly(build_anomaly(AnomalyKind.JOB_FAILED, now, job=job), progress=facts.progress)
+        return WatchDecision(action=WatchAction.RETURN, outcome=WatchOutcome.CHANGED, progress=facts.progress)
+    progress = facts.progress
+    if job.state is JobState.RUNNING:
+        silent = assess_hang(progress, now, facts.hang, expected_ranks=range(job.task_count))
+        if silent.hung:
+            anomaly = build_anomaly(AnomalyKind.HANG, now, job=job, verdict=silent)
+            return _anomaly(anomaly, progress=progress, hang=silent)
+        if facts.straggler_action is not StragglerAction.OFF:
+            progress, slow = assess_stragglers(progress, facts.stragglers)
+            new_nodes = {n.node for n in slow.nodes} - set(facts.reported_straggler_nodes)
+            if slow.flagged and new_nodes:
+                anomaly = build_anomaly(AnomalyKind.STRAGGLER, now, job=job, verdict=slow)
+                return _anomaly(anomaly, progress=progress, stragglers=slow)
+    return WatchDecision(action=WatchAction.KEEP_WATCHING, progress=progress)
+
+
+def _stopped_from_outside(job: SlurmJob | None, last_restart_count: int) -> bool:
+    """Requeued (its restart count may lag), cancelled, or being torn down: the scheduler's next state says why."""
+    return job is not None and (job.restart_count > last_restart_count or job.state in _STOPPED_STATES)
+
+
+def _anomaly(
+    anomaly: Anomaly,
+    *,
+    findings: Sequence[LogFinding] = (),
+    progress: ProgressState | None = None,
+    hang: HangVerdict | None = None,
+    stragglers: StragglerVerdict | None = None,
+) -> WatchDecision:
+    return WatchDecision(
+        action=WatchAction.RETURN,
+        outcome=WatchOutcome.ANOMALY,
+        anomaly=anomaly,
+        findings=tuple(findings),
+        progress=progress,
+        hang=hang,
+        stragglers=stragglers,
+    )
+
+
+class StepLine(Frozen):
+    """A training step line, as the resume check needs it."""
+
+    step: int
+    at: datetime | None = None
+    """The line's own time, if it has one."""
+
+
+class ResumeFacts(Frozen):
+    """One poll of the resume check: the job, and (once read) what its new log lines say."""
+
+    job: SlurmJob | None
+    expected_restart_count: int = 0
+    not_before: datetime | None = None
+    """See ``WaitResumeInput.not_before``."""
+    logs_read: bool = False
+    """Whether ``steps`` and ``findings`` hold this poll's new lines (the logs are read only if the job is there)."""
+    steps: tuple[StepLine, ...] = ()
+    findings: tuple[LogFinding, ...] = ()
+    """Crash findings in the new lines (informational ones already dropped)."""
+
+
+class ResumeDecision(Frozen):
+    outcome: ResumeOutcome | None = None
+    """None: not decided yet (read the logs if ``read_logs``, else wait and poll again)."""
+    read_logs: bool = False
+    first_step: StepLine | None = None
+    """With ``RESUMED``: the restarted attempt's first step line."""
+
+
+def decide_resume(facts: ResumeFacts) -> ResumeDecision:
+    """Whether the restarted job resumed, failed again, or went away (see the module docstring)."""
+    job = facts.job
+    if job is None:
+        return ResumeDecision(outcome=ResumeOutcome.GONE)
+    if job.state is JobState.CANCELLED:
+        return ResumeDecision(outcome=ResumeOutcome.CANCELLED)
+    if not facts.logs_read:
+        return ResumeDecision(read_logs=True)
+    # Any step line after the restart is the new attempt's: after a failure no data-parallel rank can complete a
+    # step (it needs every peer), so the old attempt cannot print one.
+    current = job.restart_count >= facts.expected_restart_count
+    restarted = current and job.state is not JobState.PENDING
+    steps = [s for s in facts.steps if _is_new(s.at, restarted, facts.not_before)]
+    first_step = min(steps, key=lambda s: (s.at.timestamp() if s.at else float("inf"), s.step), default=None)
+    if first_step is not None:
+        return ResumeDecision(outcome=ResumeOutcome.RESUMED, first_step=first_step)
+    # Until the successor runs, new lines are the previous attempt's last words (its peers' tracebacks, srun's
+    # summary): they belong to the incident being recovered, not to a new one. Only a culprit's line proves the
+    # successor failed: "Terminated" victims' lines are the old attempt being stopped (they can arrive after a
+    # successor that started at once is already running).
+    fresh = [f for f in facts.findings if f.culprit and _is_new(f.at, restarted, facts.not_before)]
+    if (current and job.state.is_failure()) or (restarted and fresh):
+        return ResumeDecision(outcome=ResumeOutcome.FAILED_AGAIN)
+    return ResumeDecision()
+
+
+def _is_new(at: datetime | None, restarted: bool, not_before: datetime | None) -> bool:
+    """Whether a line can be the restarted attempt's (see ``WaitResumeInput.not_before``)."""
+    if not_before is None:
+        return True
+    if at is not None:
+        return at >= not_before
+    return restarted
