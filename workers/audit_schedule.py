@@ -30,7 +30,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.audit import AuditActivities
+from activities.temporal.audit import AuditActivities
 from activities.temporal.rebound_workflows import audit_schedule_action
 from workers.settings import Settings
 from workflows.constants import audit_schedule_id

@@ -27,9 +27,9 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle
 
-from activities.discovery import DiscoveryActivities
 from activities.slurm.snapshots import SnapshotCache
 from activities.temporal import rebound_workflows
+from activities.temporal.discovery import DiscoveryActivities
 from workers.settings import Settings
 from workflows.domain.discovery import ClusterWatchInput
 from workflows.domain.errors import FailureKind, ReboundError

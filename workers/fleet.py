@@ -8,9 +8,9 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities.fleet import FleetActivities
 from activities.slurm.port import SchedulerPort
 from activities.temporal import rebound_workflows
+from activities.temporal.fleet import FleetActivities
 from workers.settings import Settings
 from workflows.domain.fleet import FleetInput
 

@@ -8,12 +8,12 @@ from datetime import timedelta
 
 from temporalio.worker import Worker
 
-from activities.attribution import AttributionActivities
+from activities.logs.attribution import AttributionActivities
 from activities.logs.job_logs import LogPolicy
-from activities.notify import NotifyActivities
+from activities.logs.watch import WatchActivities
 from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.activities import SlurmActivities
-from activities.watch import WatchActivities
+from activities.webhooks.notify import NotifyActivities
 from workers.audit_schedule import build_audit_activities, start_audit_schedule
 from workers.client import connect
 from workers.discovery import build_discovery_activities, start_cluster_watch

@@ -16,7 +16,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
 
 with workflow.unsafe.imports_passed_through():
-    from activities.audit import AuditActivities
+    from activities.temporal.audit import AuditActivities
     from workflows.constants import AUDIT_WORKFLOW
     from workflows.domain.audit import AuditCollectInput, AuditInput, AuditResult, AuditWriteInput
     from workflows.domain.errors import FailureKind

@@ -17,7 +17,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.discovery import DiscoveryActivities
+    from activities.temporal.discovery import DiscoveryActivities
     from workflows.constants import CLUSTER_WATCH_WORKFLOW, STATUS_QUERY
     from workflows.domain.discovery import (
         MAX_RECENT_ERRORS,

@@ -22,9 +22,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.policy.fleet as policy
-    from activities.fleet import FleetActivities, ResumeNodeInput
     from activities.gpu.activities import GpuActivities
     from activities.slurm.actions import SlurmActionActivities
+    from activities.temporal.fleet import FleetActivities, ResumeNodeInput
     from workflows import metrics
     from workflows.constants import (
         ANSWER_APPROVAL_UPDATE,

@@ -26,7 +26,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.notify import NotifyActivities
+    from activities.webhooks.notify import NotifyActivities
     from workflows.domain.notify import (
         Notification,
         NotificationKind,

@@ -25,7 +25,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
-from activities.audit import AuditActivities, visibility_query
+from activities.temporal.audit import AuditActivities, visibility_query
 from tests.unit.audit.builders import fleet_approvals, job_101_incidents, job_202_incidents, status
 from workers.audit_cli import run_audit, wait_with_progress
 from workers.audit_schedule import ScheduleOutcome, ensure_audit_schedule

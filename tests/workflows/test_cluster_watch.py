@@ -20,8 +20,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
-from activities.discovery import DiscoveryActivities, StartJobRecovery, TemporalJobRecoveryStarter
 from activities.slurm.snapshots import SnapshotCache
+from activities.temporal.discovery import DiscoveryActivities, StartJobRecovery, TemporalJobRecoveryStarter
 from tests.fakes.scheduler import FakeScheduler
 from workflows.cluster_watch import ClusterWatchWorkflow
 from workflows.constants import CLUSTER, JOB_ID, JOB_RECOVERY_WORKFLOW, cluster_watch_workflow_id, job_workflow_id

@@ -13,13 +13,13 @@ import pytest_asyncio
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from activities.attribution import AttributionActivities
-from activities.fleet import FleetActivities
-from activities.notify import NotifyActivities
+from activities.logs.attribution import AttributionActivities
+from activities.logs.watch import WatchActivities
 from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.activities import SlurmActivities
 from activities.slurm.snapshots import SnapshotCache
-from activities.watch import WatchActivities
+from activities.temporal.fleet import FleetActivities
+from activities.webhooks.notify import NotifyActivities
 from tests.fakes.scheduler import FakeScheduler
 from workflows.constants import CAUSE, RECOVERY_STATE
 from workflows.domain.fleet import FleetMode, FleetPolicy

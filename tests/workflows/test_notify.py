@@ -21,7 +21,7 @@ from temporalio.worker import Replayer, Worker
 from workflows.notify import notify
 
 with workflow.unsafe.imports_passed_through():
-    from activities.notify import NotifyActivities
+    from activities.webhooks.notify import NotifyActivities
     from tests.unit.notify.webhook_server import Answer, webhook_server
     from workflows.domain.notify import Notification, NotificationKind, Severity
 

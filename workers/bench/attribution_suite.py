@@ -36,12 +36,12 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from activities.attribution import LogEvidence
+from activities.logs.attribution import LogEvidence
 from activities.logs.crash import scan, to_findings
 from activities.logs.line import LogLine
 from activities.logs.patterns import expand_patterns
 from activities.logs.tail import LogTail
-from activities.watch import unresponsive
+from activities.logs.watch import unresponsive
 from workflows.domain.base import Frozen
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.incident import FailureClass
@@ -243,7 +243,7 @@ def _snapshot(scenario: Scenario) -> ClusterSnapshot:
 
 
 def build_facts(loaded: LoadedScenario, lines: Sequence[LogLine] | None = None) -> AttributionFacts:
-    """The facts ``activities.attribution`` would hand to ``attribute`` for this scenario, built by its own parts.
+    """The facts ``activities.logs.attribution`` would hand to ``attribute`` for this scenario, built by its own parts.
 
     The detector's findings first (the watch's ``scan`` of what it read before the anomaly: all it knows of the
     ranks before the window), then what the activity's ``LogEvidence`` makes of the settle window's lines; the node

@@ -16,8 +16,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.attribution import AttributionActivities
     from activities.gpu.activities import GpuActivities
+    from activities.logs.attribution import AttributionActivities
     from activities.procs.activities import ProcsActivities
     from workflows.constants import node_task_queue
     from workflows.domain.gpu import GpuHealthReport, NvmlReadGpuHealthInput

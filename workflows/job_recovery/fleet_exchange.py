@@ -12,7 +12,7 @@ from datetime import datetime
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.fleet import FleetActivities
+    from activities.temporal.fleet import FleetActivities
     from workflows.constants import isolation_request_id
     from workflows.domain.fleet import IsolationDecision, IsolationRequest
     from workflows.domain.incident import Attribution, Incident

@@ -10,9 +10,9 @@ from datetime import datetime
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from activities.logs.watch import WatchActivities
     from activities.slurm.actions import SlurmActionActivities
     from activities.slurm.activities import SlurmActivities
-    from activities.watch import WatchActivities
     from workflows.domain.loop import (
         JobWatchInput,
         JobWatchResult,

@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import ActivityEnvironment
 
-from activities.audit import AuditActivities
+from activities.temporal.audit import AuditActivities
 from tests.unit.audit.builders import CLUSTER, SINCE, UNTIL, fleet_approvals, status
 from workflows.constants import fleet_workflow_id
 from workflows.domain.audit import AuditCollectInput, FleetRead

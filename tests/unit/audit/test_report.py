@@ -14,9 +14,9 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.audit import AuditActivities, report_json, visibility_query
-from activities.audit_html import render_html
-from activities.audit_markdown import render_markdown
+from activities.temporal.audit import AuditActivities, report_json, visibility_query
+from activities.temporal.audit_html import render_html
+from activities.temporal.audit_markdown import render_markdown
 from tests.unit.audit.builders import (
     CLUSTER,
     SINCE,

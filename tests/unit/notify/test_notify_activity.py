@@ -10,7 +10,7 @@ from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.notify import NotifyActivities, slack_payload, temporal_ui_link
+from activities.webhooks.notify import NotifyActivities, slack_payload, temporal_ui_link
 from tests.unit.notify.webhook_server import Answer, webhook_server
 from workflows.domain.notify import (
     Notification,

@@ -18,8 +18,8 @@ from activities.errors import classified_errors
 from activities.logs.crash import LineReader, to_findings
 from activities.logs.job_logs import LogPolicy, log_patterns
 from activities.logs.line import LogLine
+from activities.logs.watch import unresponsive
 from activities.slurm.port import SchedulerReads
-from activities.watch import unresponsive
 from workflows.domain.findings import Cause
 from workflows.domain.incident import Attribution, LogFinding
 from workflows.domain.loop import AttributeInput, AttributeResult

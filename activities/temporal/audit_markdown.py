@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activities.audit_phrases import (
+from activities.temporal.audit_phrases import (
     approval_nodes,
     approval_outcome,
     approvals_line,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from activities.audit_phrases import (
+from activities.temporal.audit_phrases import (
     approval_nodes,
     approval_outcome,
     approvals_line,

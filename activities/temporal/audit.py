@@ -14,7 +14,7 @@ shows 0 approvals and says "no Fleet"; a Fleet that does not answer is named in 
 Writing. ``<report dir>/audit-<until, UTC>.{json,md,html}``, each written to a temporary file and renamed, so a
 reader never sees half a report and a retried write replaces, never duplicates. The HTML page is self-contained:
 inline CSS and SVG charts, no script, no external reference; every text from a job (names, summaries, nodes) is
-escaped (``activities.audit_markdown``, ``activities.audit_html``).
+escaped (``activities.temporal.audit_markdown``, ``activities.temporal.audit_html``).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from temporalio.client import Client, WorkflowExecution
 from temporalio.exceptions import TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.audit_html import render_html
-from activities.audit_markdown import render_markdown
 from activities.errors import classified_errors
+from activities.temporal.audit_html import render_html
+from activities.temporal.audit_markdown import render_markdown
 from activities.temporal.rebound_workflows import query_fleet_status, query_job_status
 from workflows.constants import JOB_RECOVERY_WORKFLOW, fleet_workflow_id
 from workflows.domain.audit import (

@@ -1,0 +1,1 @@
+"""Webhook notifications (httpx): the outside world Rebound tells about incidents and actions."""
