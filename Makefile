@@ -51,7 +51,7 @@ e2e: install
 ## Re-record the workflow histories the replay tests check (tests/replay/histories/), from the e2e scenarios on a
 ## real test lab (one lab per host: waits on LAB_LOCK). See docs/adr/012-replay-and-workflow-versioning.md.
 LAB_LOCK  ?= /tmp/rebound-lab.lock
-HISTORIES := $(CURDIR)/tests/replay/histories
+HISTORIES ?= $(CURDIR)/tests/replay/histories
 RECORDED  := tests/e2e/test_cluster_watch.py tests/e2e/test_detection_scenarios.py tests/e2e/test_fleet.py \
              tests/e2e/test_recovery_scenarios.py
 record-histories: install
