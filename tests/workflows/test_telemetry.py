@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -157,7 +158,9 @@ async def test_workflow_metrics_reach_the_prometheus_endpoint_once(prometheus: t
     async with Worker(
         client, task_queue=queue, workflows=[MetricsProbe], activities=[flaky_activity], max_cached_workflows=0
     ):
+        started = time.monotonic()
         detection = await client.execute_workflow(MetricsProbe.run, id=f"metrics-{queue}", task_queue=queue)
+        elapsed_s = time.monotonic() - started
     assert detection == 7.0
     async with httpx.AsyncClient() as http:
         page = (await http.get(url, timeout=5)).text
@@ -184,8 +187,11 @@ async def test_workflow_metrics_reach_the_prometheus_endpoint_once(prometheus: t
         ]
         assert exposed, (name, sorted(n for n in s if n.startswith("temporal_")))
     assert _one(s, "temporal_activity_execution_failed", activity_type="flaky_activity", task_queue=queue) == 1
-    # Durations in seconds: a workflow task takes well under a second, not hundreds of "milliseconds".
-    assert _one(s, "temporal_workflow_task_execution_latency_bucket", le="1", task_queue=queue) >= 2
+    # Durations in seconds, not milliseconds: the workflow tasks' total time cannot exceed the wall-clock time the
+    # workflow took (in milliseconds it would be ~1000x more). Bounded by a measurement, not by "a task takes under a
+    # second", which a loaded 2-core machine breaks (no workflow cache: every task rebuilds the sandbox, 1-2 s).
+    assert _one(s, "temporal_workflow_task_execution_latency_count", task_queue=queue) >= 2
+    assert 0 < _one(s, "temporal_workflow_task_execution_latency_sum", task_queue=queue) <= elapsed_s
 
 
 async def test_client_workflow_and_activity_spans_share_one_trace(temporal_env: WorkflowEnvironment) -> None:
