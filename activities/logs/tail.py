@@ -15,12 +15,13 @@ read again from 0. Offsets written by hand (no fingerprint) are trusted as far a
 Attempt anchoring (a ``LogTail`` built with ``attempt_start``; ``activities.logs.job_logs`` builds every tail of
 a watched job so; ``docs/detection.md`` "Which files are read"): lines written before the watched attempt started
 never count. The first call on offsets that are not anchored yet starts every matching file at its current size
-(with its fingerprint), unless its first line is stamped, with a zone, at or after the attempt's start: then at 0
-(this attempt began the file). It records the anchor's time as ``{"\\0since": epoch seconds}``; a file that
-appears after that is read from 0. Lines whose own timestamp (``LogLine.at``) predates the anchor's time are
-dropped, whatever file they are in: by more than ``CLOCK_SKEW`` for a stamp with a zone, by more than
-``ZONELESS_SLACK`` for one without (local time of an unknown zone). Offsets of an earlier version (paths but no
-``\\0since``) count as anchored, without a time.
+(with its fingerprint), unless this attempt began the file: it was created at or after the attempt's start (its
+birth time, ``activities.logs.birth``, where the file system keeps one), or its first line is stamped, with a
+zone, at or after it; such a file is read from 0. It records the anchor's time as ``{"\\0since": epoch
+seconds}``; a file that appears after that is read from 0. Lines whose own timestamp (``LogLine.at``) predates the
+anchor's time are dropped, whatever file they are in: by more than ``CLOCK_SKEW`` for a stamp with a zone, by more
+than ``ZONELESS_SLACK`` for one without (local time of an unknown zone). Offsets of an earlier version (paths but
+no ``\\0since``) count as anchored, without a time.
 
 Which files a pattern names and what rank and node their names say: ``activities.logs.patterns``; what a line's
 start says (srun label, PyTorch prefix, rank token, timestamp): ``activities.logs.line``. Lines end at ``\\n``,
@@ -53,6 +54,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 
 from activities.logs.access import LogAccess
+from activities.logs.birth import birth_time
 from activities.logs.chunk import Chunk, read_chunk
 from activities.logs.globbing import GlobBudget, bounded_glob
 from activities.logs.line import LogLine, decode_line, split_prefix
@@ -95,6 +97,10 @@ for sure only when it is this much older (Python's ``logging`` writes such stamp
 _ZONE_END = re.compile(r"(?:Z|UTC|[+-]\d\d:?\d\d)\]?\s*$")
 # How much of a file's start the anchoring reads for its first line's stamp.
 _PROBE = 4096
+# The kernel stamps a file's birth with a coarse clock: up to a tick (a few ms; 5 ms measured) before the real time.
+# Slurm's start_time is cut to whole seconds, which only moves it earlier: a file created in the second the attempt
+# started, but before it, counts as the attempt's (the one ambiguity left).
+_BIRTH_GRAIN = timedelta(milliseconds=100)
 
 
 def positions(offsets: Mapping[str, int]) -> dict[str, int]:
@@ -316,13 +322,17 @@ class LogTail:
     def _start_at(self, path: str, info: os.stat_result, since: datetime) -> Offsets:
         """Where reading ``path`` starts for an attempt anchored at ``since``, as offset entries (module docstring).
 
-        0 when the file is empty or its first line is stamped, with a zone, at or after ``since``; else its size,
+        0 when the file is empty, was created at or after ``since`` (its birth time, where the file system keeps
+        one), or its first line is stamped, with a zone, at or after ``since``; else its size,
         with its fingerprint. The size, not the end of the last complete line: a line cut short there may be an
         old run's last words (a rank killed mid-write), which the next run's first line must not complete into a
         crash line; a line of the attempt that was being written then is read as its remaining piece.
         """
         with self._opened(path, info) as (fd, size):
             if size == 0:
+                return {path: 0}
+            born = birth_time(fd)
+            if born is not None and born >= since - _BIRTH_GRAIN:
                 return {path: 0}
             head = os.pread(fd, min(_PROBE, size), 0)
             end = head.find(b"\n")

@@ -68,6 +68,8 @@ async def test_an_old_crash_line_in_an_appended_log_gives_no_incident(lab: LabHa
     out = _job_dir(lab, "appended")
     log = out / "train.log"
     log.write_text("step=40 loss=1.2\n" + "\n".join(CRASH) + "\n")  # yesterday's run, killed by its bug
+    # Slurm's start_time has whole seconds: a file born in the attempt's first second counts as its own.
+    await asyncio.sleep(1.2)
     # The job appends to the same log, as a trainer with logging.FileHandler (mode "a") does.
     steps = f"for i in $(seq 1 600); do echo step=$i loss=1.0 >> {shlex.quote(str(log))}; sleep 1; done"
     job = int(

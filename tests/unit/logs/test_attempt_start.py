@@ -7,6 +7,10 @@ import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
+from activities.logs import tail as tail_module
+from activities.logs.birth import birth_time
 from activities.logs.crash import scan, to_findings
 from activities.logs.job_logs import LogPolicy
 from activities.logs.line import LogLine, decode_line
@@ -16,6 +20,17 @@ from workflows.domain.slurm import JobState, SlurmJob
 OLD_CRASH = (
     "2026-11-30 03:12:09,117 [ERROR] rank=1/4 RuntimeError: CUDA error: an illegal memory access was encountered\n"
 )
+
+
+def _after_the_files() -> datetime:
+    """An attempt start after every file written so far was created (birth times are stamped with a coarse clock)."""
+    return datetime.now(UTC) + timedelta(seconds=2)
+
+
+@pytest.fixture
+def no_birth_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system that keeps no birth time (NFS, most parallel file systems)."""
+    monkeypatch.setattr(tail_module, "birth_time", lambda fd: None)
 
 
 def _append(path: Path, text: str) -> None:
@@ -35,8 +50,7 @@ def _stamp(at: datetime, *, zone: bool = True) -> str:
 def test_an_appended_log_with_an_old_crash_line_gives_no_finding(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     _append(log, "step=1 loss=2.0\n" + OLD_CRASH + "Traceback (most recent call last):\n")
-    started = datetime.now(UTC) - timedelta(seconds=5)
-    tail = LogTail([str(tmp_path / "*.log")], attempt_start=started)
+    tail = LogTail([str(tmp_path / "*.log")], attempt_start=_after_the_files())
 
     lines, offsets = tail.read_new({})
     assert lines == []
@@ -52,7 +66,7 @@ def test_an_appended_log_with_an_old_crash_line_gives_no_finding(tmp_path: Path)
 def test_a_crash_of_the_current_attempt_after_discovery_is_read(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     _append(log, OLD_CRASH)
-    tail = LogTail([str(log)], attempt_start=datetime.now(UTC) - timedelta(seconds=5))
+    tail = LogTail([str(log)], attempt_start=_after_the_files())
     _, offsets = tail.read_new({})
 
     _append(log, "RuntimeError: CUDA error: an illegal memory access was encountered\n")
@@ -70,8 +84,10 @@ def test_a_file_that_appears_after_the_attempt_was_first_seen_is_read_from_0(tmp
     assert _texts(lines) == ["loading", "step=7"]
 
 
+@pytest.mark.usefixtures("no_birth_time")
 def test_a_file_the_attempt_began_is_read_from_0_when_its_first_line_says_so(tmp_path: Path) -> None:
-    """Discovered late: the attempt's first lines were written before Rebound first saw the job."""
+    """Discovered late: the attempt's first lines were written before Rebound first saw the job, on a file system
+    that keeps no birth time."""
     started = datetime.now(UTC) - timedelta(minutes=2)
     ours, zoneless, unstamped = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "c.log"
     ours.write_text(f"{_stamp(started + timedelta(seconds=1))} [INFO] start\nstep=1\n")
@@ -87,8 +103,8 @@ def test_a_file_the_attempt_began_is_read_from_0_when_its_first_line_says_so(tmp
 
 
 def test_a_first_line_stamped_before_the_attempt_keeps_the_file_at_its_size(tmp_path: Path) -> None:
-    started = datetime.now(UTC)
     log = tmp_path / "a.log"
+    started = _after_the_files()
     log.write_text(f"{_stamp(started - timedelta(hours=30))} [INFO] start\n" + OLD_CRASH)
     lines, offsets = LogTail([str(log)], attempt_start=started).read_new({})
     assert lines == [] and positions(offsets) == {str(log): log.stat().st_size}
@@ -133,7 +149,7 @@ def test_the_anchor_travels_with_the_offsets_and_is_set_once(tmp_path: Path) -> 
     """A restarted activity (a new LogTail, a later attempt start) neither re-anchors nor re-reads."""
     log = tmp_path / "a.log"
     _append(log, OLD_CRASH)
-    first = datetime.now(UTC) - timedelta(minutes=1)
+    first = _after_the_files()
     _, offsets = LogTail([str(log)], attempt_start=first).read_new({})
     _append(log, "step=2\n")
 
@@ -162,7 +178,7 @@ def test_without_an_attempt_everything_is_read(tmp_path: Path) -> None:
     assert len(lines) == 1 and "\0since" not in offsets
 
 
-def test_the_log_policy_anchors_at_the_jobs_start_or_now(tmp_path: Path) -> None:
+def test_the_log_policy_anchors_at_the_jobs_start_or_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = tmp_path / "slurm-7.out"
     started = datetime.now(UTC) - timedelta(minutes=5)
     log.write_text(f"{_stamp(started + timedelta(seconds=2))} [INFO] begun by this attempt\n")
@@ -170,7 +186,9 @@ def test_the_log_policy_anchors_at_the_jobs_start_or_now(tmp_path: Path) -> None
     lines, offsets = LogPolicy().tail([str(log)], running, 7).read_new({})
     assert len(lines) == 1 and offsets["\0since"] == int(started.timestamp())
 
-    # Pending (no start yet): whatever exists is older than the attempt that will start.
+    # Pending (no start yet): whatever exists is older than the attempt that will start (the file was created a
+    # moment ago: its birth time, stamped with a coarse clock, cannot tell; a real log is older).
+    monkeypatch.setattr(tail_module, "birth_time", lambda fd: None)
     pending = SlurmJob(job_id=7, state=JobState.PENDING)
     lines, offsets = LogPolicy().tail([str(log)], pending, 7).read_new({})
     assert lines == [] and positions(offsets) == {str(log): log.stat().st_size}
@@ -181,8 +199,29 @@ def test_a_file_truncated_by_a_requeue_is_read_from_0(tmp_path: Path) -> None:
     the anchored offset no longer matches, so the new run's lines are all read."""
     log = tmp_path / "slurm-9.out"
     log.write_text("first run\n" + OLD_CRASH)
-    tail = LogTail([str(log)], attempt_start=datetime.now(UTC) - timedelta(seconds=1))
-    _, offsets = tail.read_new({})
+    tail = LogTail([str(log)], attempt_start=_after_the_files())
+    lines, offsets = tail.read_new({})
+    assert lines == []
     log.write_text("second run, a longer first line than the old file had in all its lines........\n" * 2)
     lines, _ = tail.read_new(offsets)
     assert len(lines) == 2
+
+
+def test_a_file_created_after_the_attempt_started_is_read_from_0(tmp_path: Path) -> None:
+    """Discovered late, on a file system that keeps birth times: a file the attempt created is all the attempt's,
+    stamped or not."""
+    started = datetime.now(UTC) - timedelta(seconds=30)
+    log = tmp_path / "slurm-5.out"
+    log.write_text("loading\nstep=1\n")
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        born = birth_time(fd)
+    finally:
+        os.close(fd)
+    if born is None:
+        pytest.skip("this file system keeps no birth time")
+    assert abs(born - datetime.now(UTC)) < timedelta(seconds=5)
+    lines, _ = LogTail([str(log)], attempt_start=started).read_new({})
+    assert _texts(lines) == ["loading", "step=1"]
+    lines, _ = LogTail([str(log)], attempt_start=_after_the_files()).read_new({})
+    assert lines == []
