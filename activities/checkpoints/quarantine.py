@@ -1,9 +1,11 @@
 """Setting a partial newest checkpoint aside so the framework's own resume picks the previous complete one, and
 putting it back (``rebound checkpoints restore DIR``).
 
-Directory and file formats (HF Trainer, torchtitan, DCP, Lightning, NeMo, the demo, plain files): each incomplete
+Directory and file formats (HF Trainer, torchtitan, DCP, Lightning, the demo, plain files): each incomplete
 checkpoint newer than the latest valid one is renamed into ``DIR/.rebound-quarantine/`` (same file system: a rename,
-never a copy or a delete; owner and mode stay as they are), where no framework looks. Tracker formats (Megatron's
+never a copy or a delete; owner and mode stay as they are), where no framework looks; a Lightning ``last.ckpt`` set
+aside is replaced by a symlink to the latest valid checkpoint (``ckpt_path="last"`` would otherwise start over).
+NeMo skips its ``-unfinished`` saves itself; a NeMo save partial without the marker is refused. Tracker formats (Megatron's
 ``latest_checkpointed_iteration.txt``, DeepSpeed's ``latest``): the tracker is rewritten atomically to name the
 latest valid save, its original content kept beside it as ``<tracker>.rebound-orig``. Either way
 ``.rebound-quarantine/manifest.json`` records what was done, so ``restore_quarantine`` can undo it.
@@ -18,17 +20,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from activities.checkpoints import deepspeed, megatron
+from activities.checkpoints import deepspeed, megatron, nemo
 from activities.checkpoints.scan import scan_checkpoints
 from workflows.domain.checkpoints import (
     CheckpointFormat,
     CheckpointQuarantineResult,
+    CheckpointRef,
     CheckpointReport,
     CheckpointRestoreResult,
     CheckpointStatus,
@@ -40,6 +44,7 @@ __all__ = ["QUARANTINE_DIR", "QuarantineRefused", "quarantine_partial_newest", "
 QUARANTINE_DIR = ".rebound-quarantine"
 MANIFEST = "manifest.json"
 ORIGINAL_SUFFIX = ".rebound-orig"
+_LIGHTNING_LAST = re.compile(r"^last(-v?\d+)?\.ckpt$")
 _TRACKER_FORMATS = (CheckpointFormat.MEGATRON, CheckpointFormat.DEEPSPEED)
 
 
@@ -103,11 +108,13 @@ def restore_quarantine(directory: Path, expected_owner_uid: int | None = None) -
             restored: list[str] = []
             left: list[str] = []
             kept: list[dict[str, Any]] = []
-            for entry in entries:
+            for entry in reversed(entries):  # undo in the reverse order: the last.ckpt link before its original
                 outcome = _undo(fd, entry)
-                (restored if outcome is None else left).append(entry["name"] if outcome is None else outcome)
                 if outcome is not None:
-                    kept.append(entry)
+                    left.append(outcome)
+                    kept.insert(0, entry)
+                elif entry["kind"] != "link":
+                    restored.insert(0, entry["name"])
             _write_manifest(fd, _owner, kept)
     except OSError as e:
         raise QuarantineRefused(f"cannot open {directory}: {e.strerror or e}") from e
@@ -143,9 +150,11 @@ def _opened(directory: Path, expected_owner_uid: int | None) -> Iterator[tuple[i
         os.close(fd)
 
 
-def _entry_checked(fd: int, name: str, owner: int) -> os.stat_result:
+def _entry_checked(fd: int, name: str, owner: int, *, link_ok: bool = False) -> os.stat_result:
+    """The entry's own status (never its target's); refused when it is a symlink (unless ``link_ok``: moving the
+    link itself, never what it points at) or belongs to someone else."""
     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-    if stat.S_ISLNK(st.st_mode):
+    if stat.S_ISLNK(st.st_mode) and not link_ok:
         raise QuarantineRefused(f"{name} is a symlink: refused")
     if st.st_uid != owner:
         raise QuarantineRefused(f"{name} belongs to uid {st.st_uid}, not {owner}: refused")
@@ -155,20 +164,20 @@ def _entry_checked(fd: int, name: str, owner: int) -> os.stat_result:
 def _rename_newer_partials(fd: int, owner: int, report: CheckpointReport) -> list[str]:
     latest = report.latest_valid
     assert latest is not None
-    names: list[str] = []
-    for c in report.checked:  # newest first: everything before the latest valid one is newer
-        if c.path == latest.path:
-            break
-        if (
-            c.status is CheckpointStatus.INCOMPLETE
-            and c.format is latest.format
-            and Path(c.path).parent == Path(report.dir)
-        ):
-            names.append(Path(c.path).name)
+    names = [
+        Path(c.path).name
+        for c in report.checked
+        if c.status is CheckpointStatus.INCOMPLETE
+        and c.format is latest.format
+        and Path(c.path).parent == Path(report.dir)
+        and _newer(fd, Path(c.path).name, c.step, latest)
+    ]
     if not names:
         return []
+    if latest.format is CheckpointFormat.NEMO:
+        return _nemo(fd, names)
     for name in names:  # every check before any move: a refusal leaves everything as it was
-        _entry_checked(fd, name, owner)
+        _entry_checked(fd, name, owner, link_ok=latest.format is CheckpointFormat.LIGHTNING and _is_last(name))
     qfd = _quarantine_dir(fd, owner)
     try:
         entries = _read_manifest(fd)
@@ -179,7 +188,52 @@ def _rename_newer_partials(fd: int, owner: int, report: CheckpointReport) -> lis
             _write_manifest(fd, owner, entries)
     finally:
         os.close(qfd)
+    if latest.format is CheckpointFormat.LIGHTNING and any(_is_last(n) for n in names):
+        names += _relink_last(fd, owner, Path(latest.path).name, entries)
     return names
+
+
+def _newer(fd: int, name: str, step: int | None, latest: CheckpointRef) -> bool:
+    """Whether a partial checkpoint is one the framework's resume would take over ``latest``: a higher step, or
+    with no step to compare, written after it (and Lightning's ``last*.ckpt``, which ``ckpt_path="last"`` takes)."""
+    if latest.format is CheckpointFormat.LIGHTNING and _is_last(name):
+        return True
+    if step is not None and latest.step is not None:
+        return step > latest.step
+    if latest.saved_at is None:
+        return False
+    try:
+        mtime = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mtime
+    except FileNotFoundError:
+        return False
+    return mtime >= latest.saved_at.timestamp()
+
+
+def _is_last(name: str) -> bool:
+    return _LIGHTNING_LAST.match(name) is not None
+
+
+def _relink_last(fd: int, owner: int, valid: str, entries: list[dict[str, Any]]) -> list[str]:
+    """Lightning's ``ckpt_path="last"`` resumes from the newest ``last*.ckpt`` and starts over without one: with
+    the partial one set aside, ``last.ckpt`` becomes a symlink to the latest valid checkpoint (as
+    ``save_last="link"`` would have made it)."""
+    if any(_is_last(n) for n in os.listdir(fd)):
+        return []  # another last*.ckpt is still there (the latest valid one): Lightning picks it
+    os.symlink(valid, "last.ckpt", dir_fd=fd)
+    os.chown("last.ckpt", owner, -1, dir_fd=fd, follow_symlinks=False)
+    entries.append({"kind": "link", "name": "last.ckpt", "target": valid, "at": _now()})
+    _write_manifest(fd, owner, entries)
+    return [f"last.ckpt (now a symlink to {valid})"]
+
+
+def _nemo(fd: int, names: list[str]) -> list[str]:
+    unfinished = [n for n in names if _exists(fd, n + nemo.UNFINISHED_SUFFIX)]
+    if len(unfinished) == len(names):
+        return []  # NeMo's AutoResume already skips checkpoints with an -unfinished marker
+    raise QuarantineRefused(
+        f"{sorted(set(names) - set(unfinished))[0]} is partial without NeMo's -unfinished marker; NeMo resumes only"
+        " from a *-last checkpoint, so setting it aside could make the job start over: fix it by hand"
+    )
 
 
 def _point_tracker(fd: int, owner: int, report: CheckpointReport) -> list[str]:
@@ -216,6 +270,14 @@ def _point_tracker(fd: int, owner: int, report: CheckpointReport) -> list[str]:
 def _undo(fd: int, entry: dict[str, Any]) -> str | None:
     """Put one manifest entry back; the problem in words when it cannot be, None when done (or already done)."""
     name = entry["name"]
+    if entry["kind"] == "link":
+        try:
+            ours = os.readlink(name, dir_fd=fd) == entry["target"]
+        except (FileNotFoundError, OSError):
+            return None
+        if ours:
+            os.unlink(name, dir_fd=fd)
+        return None
     if entry["kind"] == "rename":
         qfd = os.open(QUARANTINE_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
         try:

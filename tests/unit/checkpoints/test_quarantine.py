@@ -118,3 +118,42 @@ def test_foreign_owner_is_refused(torch_files: Torch, tmp_path: Path) -> None:
     assert (tmp_path / QUARANTINE_DIR).stat().st_uid == 4242
     assert (tmp_path / QUARANTINE_DIR / "manifest.json").stat().st_uid == 4242
     assert (tmp_path / QUARANTINE_DIR / "checkpoint-200").stat().st_uid == 4242
+
+
+def test_lightning_partial_last_is_replaced_by_a_link_to_the_latest_valid(torch_files: Torch, tmp_path: Path) -> None:
+    (tmp_path / "epoch=0-step=100.ckpt").write_bytes(torch_files.plain)
+    (tmp_path / "last.ckpt").write_bytes(torch_files.plain[:100])  # a copy cut short: Lightning would load it
+    os.utime(tmp_path / "epoch=0-step=100.ckpt", (1, 1))  # older than the partial last.ckpt
+    report = scan_checkpoints(tmp_path)
+    assert report.latest_valid is not None and report.latest_valid.step == 100
+    result = quarantine_partial_newest(tmp_path)
+    assert result.action is QuarantineAction.QUARANTINED
+    assert os.readlink(tmp_path / "last.ckpt") == "epoch=0-step=100.ckpt"  # ckpt_path="last" still finds one
+    assert quarantine_partial_newest(tmp_path).action is QuarantineAction.NOTHING
+    assert restore_quarantine(tmp_path).restored == ("last.ckpt",)
+    assert not (tmp_path / "last.ckpt").is_symlink() and (tmp_path / "last.ckpt").stat().st_size == 100
+
+
+def test_lightning_broken_last_link_is_moved_not_followed(torch_files: Torch, tmp_path: Path) -> None:
+    (tmp_path / "epoch=0-step=100.ckpt").write_bytes(torch_files.plain)
+    os.symlink("epoch=0-step=200.ckpt", tmp_path / "last.ckpt")  # the checkpoint it named is gone
+    os.utime(tmp_path / "epoch=0-step=100.ckpt", (1, 1))
+    result = quarantine_partial_newest(tmp_path)
+    assert result.action is QuarantineAction.QUARANTINED
+    assert os.readlink(tmp_path / "last.ckpt") == "epoch=0-step=100.ckpt"
+    assert os.readlink(tmp_path / QUARANTINE_DIR / "last.ckpt") == "epoch=0-step=200.ckpt"
+
+
+def test_nemo_partial_with_its_marker_needs_nothing_without_it_is_refused(torch_files: Torch, tmp_path: Path) -> None:
+    from tests.unit.checkpoints.test_frameworks import nemo_checkpoint
+
+    nemo_checkpoint(tmp_path, 100, torch_files)
+    newest = nemo_checkpoint(tmp_path, 200, torch_files)
+    marker = newest.with_name(newest.name + "-unfinished")
+    marker.touch()
+    assert quarantine_partial_newest(tmp_path).action is QuarantineAction.NOTHING  # NeMo skips it itself
+    marker.unlink()
+    (newest / "context" / "io.json").unlink()
+    (newest / "context").rmdir()
+    result = quarantine_partial_newest(tmp_path)
+    assert result.action is QuarantineAction.REFUSED and "by hand" in result.reason and newest.is_dir()
