@@ -37,7 +37,7 @@ __all__ = ["TRACKER", "find", "iteration_dir_name", "read_tracker"]
 _FMT = CheckpointFormat.MEGATRON
 TRACKER = "latest_checkpointed_iteration.txt"
 _ITER = re.compile(r"^iter_(\d{7,})$")
-_RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
+_RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?$")  # tensor, pipeline, expert rank
 _MODEL_FILES = ("model_optim_rng.pt", "model_rng.pt")
 
 
@@ -119,24 +119,27 @@ def _check_iter(path: Path, iteration: int | None) -> Candidate:
     names = sorted(os.listdir(path))
     if "metadata.json" in names or is_dcp_dir(path):
         return _check_distributed(path, iteration, names)
-    ranks = {(int(m.group(1)), int(m.group(2) or 0)): n for n in names if (m := _RANK_DIR.match(n))}
+    ranks = {
+        (int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0)): n for n in names if (m := _RANK_DIR.match(n))
+    }
     if not ranks:
         return incomplete(path, _FMT, iteration, "no mp_rank_* directories and no metadata.json")
-    tp = 1 + max(t for t, _ in ranks)
-    pp = 1 + max(p for _, p in ranks)
+    tp = 1 + max(r[0] for r in ranks)
+    pp = 1 + max(r[1] for r in ranks)
+    ep = 1 + max(r[2] for r in ranks)
     first = path / ranks[min(ranks)]
     model = next((first / f for f in _MODEL_FILES if (first / f).exists()), first / _MODEL_FILES[0])
     sizes = torch_save_fields(model, ("args.tensor_model_parallel_size", "args.pipeline_model_parallel_size"))
     tp = max(tp, sizes.get("args.tensor_model_parallel_size", tp))
     pp = max(pp, sizes.get("args.pipeline_model_parallel_size", pp))
-    missing = [(t, p) for t in range(tp) for p in range(pp) if (t, p) not in ranks]
+    missing = [(t, p, e) for t in range(tp) for p in range(pp) for e in range(ep) if (t, p, e) not in ranks]
     if missing:
-        t, p = missing[0]
+        t, p, e = missing[0]
         return incomplete(
             path,
             _FMT,
             iteration,
-            f"rank directory mp_rank_{t:02d}{f'_{p:03d}' if pp > 1 else ''} missing ({tp}x{pp} expected)",
+            f"rank directory {_rank_dir_name(t, p, e, pp, ep)} missing ({tp}x{pp}x{ep} tensor x pipeline x expert)",
         )
     distrib = any((path / n / "distrib_optim.pt").exists() for n in ranks.values())
     for name in ranks.values():
@@ -150,6 +153,15 @@ def _check_iter(path: Path, iteration: int | None) -> Candidate:
     marks = [modified_at(path / n / f) for n in ranks.values() for f in _MODEL_FILES]
     newest = max((m for m in marks if m is not None), default=None)
     return Candidate(path, _FMT, iteration, CheckpointStatus.VALID, f"{len(ranks)} rank file(s) complete", newest)
+
+
+def _rank_dir_name(tp: int, pp: int, ep: int, pp_size: int, ep_size: int) -> str:
+    name = f"mp_rank_{tp:02d}"
+    if pp_size > 1 or ep_size > 1:
+        name += f"_{pp:03d}"
+    if ep_size > 1:
+        name += f"_{ep:03d}"
+    return name
 
 
 def _check_distributed(path: Path, iteration: int | None, names: list[str]) -> Candidate:

@@ -5,14 +5,16 @@ Directory and file formats (HF Trainer, torchtitan, DCP, Lightning, the demo, pl
 checkpoint newer than the latest valid one is renamed into ``DIR/.rebound-quarantine/`` (same file system: a rename,
 never a copy or a delete; owner and mode stay as they are), where no framework looks; a Lightning ``last.ckpt`` set
 aside is replaced by a symlink to the latest valid checkpoint (``ckpt_path="last"`` would otherwise start over).
-NeMo skips its ``-unfinished`` saves itself; a NeMo save partial without the marker is refused. Tracker formats (Megatron's
-``latest_checkpointed_iteration.txt``, DeepSpeed's ``latest``): the tracker is rewritten atomically to name the
-latest valid save, its original content kept beside it as ``<tracker>.rebound-orig``. Either way
-``.rebound-quarantine/manifest.json`` records what was done, so ``restore_quarantine`` can undo it.
+NeMo skips its ``-unfinished`` saves itself; a NeMo save partial without the marker is refused.
+Tracker formats (Megatron's ``latest_checkpointed_iteration.txt``, DeepSpeed's ``latest``): the tracker is
+rewritten atomically to name the latest valid save, its original content kept beside it as
+``<tracker>.rebound-orig``. Either way ``.rebound-quarantine/manifest.json`` records what was done, so
+``restore_quarantine`` can undo it.
 
 Safety: the directory is opened once without following symlinks and every step works relative to that handle;
-a symlinked path (the directory, any component of it, or an entry to move) and a path whose owner is not the
-expected one (the job's user) are refused, nothing touched. Both operations are idempotent.
+a symlinked path (the directory, any component of it, or an entry to move; only a Lightning ``last*.ckpt`` link
+is moved as the link it is, never followed) and a path whose owner is not the expected one (the job's user) are
+refused, nothing touched. Both operations are idempotent.
 """
 
 from __future__ import annotations

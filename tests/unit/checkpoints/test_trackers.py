@@ -104,3 +104,19 @@ def test_deepspeed_latest_and_zero_shards(torch_files: Torch, tmp_path: Path) ->
 def test_deepspeed_world_size_from_model_states(torch_files: Torch, tmp_path: Path) -> None:
     deepspeed_tag(tmp_path, 100, torch_files, dp=1)  # the model states say dp_world_size 2: the last shard is gone
     assert "1 of 2" in status_of(tmp_path)["global_step100"][1]
+
+
+def test_megatron_pipeline_and_expert_rank_directories(torch_files: Torch, tmp_path: Path) -> None:
+    d = tmp_path / "iter_0000100"
+    for tp in range(2):
+        for pp in range(2):
+            for ep in range(2):
+                rank = d / f"mp_rank_{tp:02d}_{pp:03d}_{ep:03d}"
+                rank.mkdir(parents=True)
+                (rank / "model_optim_rng.pt").write_bytes(torch_files.megatron[100])
+    (tmp_path / TRACKER).write_text("100")
+    assert scan_checkpoints(tmp_path).latest_valid is not None
+    for f in (d / "mp_rank_01_001_001").iterdir():
+        f.unlink()
+    (d / "mp_rank_01_001_001").rmdir()
+    assert "mp_rank_01_001_001 missing" in status_of(tmp_path)["iter_0000100"][1]
