@@ -13,6 +13,7 @@ from pathlib import Path
 
 from activities.checkpoints.dcp import check_dcp
 from activities.checkpoints.files import (
+    TMP_SUFFIXES,
     Candidate,
     guarded,
     incomplete,
@@ -36,7 +37,11 @@ def find(root: Path, names: list[str]) -> tuple[list[Candidate], set[str]]:
     found: list[Candidate] = []
     claimed: set[str] = set()
     for name in names:
-        if name.endswith(".ckpt"):
+        base = _without_tmp_suffix(name)
+        if base != name and base.endswith(".ckpt"):
+            found.append(incomplete(root / name, _FMT, step_in_name(base), "temporary file of an unfinished save"))
+            claimed.add(name)
+        elif name.endswith(".ckpt"):
             path = root / name
             found.append(guarded(path, _FMT, step_in_name(name), partial(_check, path)))
             claimed.update({name, unfinished_marker(path).name})
@@ -71,6 +76,12 @@ def _check(path: Path) -> Candidate:
     if problem is None and step is None:
         step = _global_step(path)
     return problem_or_valid(path, _FMT, step, problem, "torch.save archive complete", modified_at(path))
+
+
+def _without_tmp_suffix(name: str) -> str:
+    for suffix in TMP_SUFFIXES:
+        name = name.removesuffix(suffix)
+    return name
 
 
 def _global_step(path: Path) -> int | None:
