@@ -20,6 +20,7 @@ from workflows.domain.checkpoints import (
     CheckpointQuarantineResult,
     CheckpointReport,
     CheckpointScanInput,
+    QuarantineAction,
 )
 
 __all__ = ["checkpoint_quarantine", "checkpoint_scan"]
@@ -33,7 +34,15 @@ async def checkpoint_scan(inp: CheckpointScanInput) -> CheckpointReport:
 
 @activity.defn(name="checkpoint_quarantine")
 async def checkpoint_quarantine(inp: CheckpointQuarantineInput) -> CheckpointQuarantineResult:
-    """Set aside the partial checkpoints newer than the latest valid one in ``inp.dir`` (idempotent)."""
+    """Set aside the partial checkpoints newer than the latest valid one in ``inp.dir`` (idempotent).
+
+    Refused without the job's uid: the worker acts as root on the job's files only when it can check they are the
+    job user's own.
+    """
+    if inp.expected_owner_uid is None:
+        return CheckpointQuarantineResult(
+            action=QuarantineAction.REFUSED, reason="the job's user id is unknown: its files' owner cannot be checked"
+        )
     result = await asyncio.to_thread(quarantine_partial_newest, Path(inp.dir), inp.expected_owner_uid)
     activity.logger.info("checkpoint quarantine in %s: %s (%s)", inp.dir, result.action.value, result.reason)
     return result

@@ -124,7 +124,8 @@ class CheckpointQuarantineInput(Frozen):
 
     dir: str
     expected_owner_uid: int | None = None
-    """The job's user: every path moved or rewritten must belong to it (None: the directory's own owner)."""
+    """The job's user (``SlurmJob.user_id``): every path moved or rewritten must belong to it. The activity refuses
+    without it; the library and ``rebound checkpoints restore`` then use the directory's own owner."""
 
 
 class CheckpointQuarantineResult(Frozen):

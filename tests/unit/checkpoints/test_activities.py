@@ -38,3 +38,10 @@ async def test_scan_then_quarantine(torch_files: Torch, tmp_path: Path) -> None:
 async def test_scan_of_a_missing_directory_is_a_report_not_a_failure(tmp_path: Path) -> None:
     report = await ActivityEnvironment().run(checkpoint_scan, CheckpointScanInput(dir=str(tmp_path / "gone")))
     assert report.error is not None and report.latest_valid is None
+
+
+async def test_quarantine_without_the_jobs_uid_is_refused(torch_files: Torch, tmp_path: Path) -> None:
+    hf_checkpoint(tmp_path, 100, torch_files)
+    hf_checkpoint(tmp_path, 200, torch_files, state=False)
+    result = await ActivityEnvironment().run(checkpoint_quarantine, CheckpointQuarantineInput(dir=str(tmp_path)))
+    assert result.action is QuarantineAction.REFUSED and (tmp_path / "checkpoint-200").is_dir()  # noqa: ASYNC240
