@@ -54,11 +54,16 @@ with workflow.unsafe.imports_passed_through():
         NodeRecord,
     )
     from workflows.domain.gpu import NodeHealthCheckInput, NodeHealthCheckResult
+    from workflows.domain.incident import ActionRung
     from workflows.domain.loop import DrainInput
     from workflows.domain.notify import Notification, NotificationKind, NotifyField, Severity
     from workflows.domain.slurm import ClusterSnapshot
     from workflows.notify import notify
     from workflows.options import CLUSTER_ACTION, NODE_AGENT_QUICK_READ, SCHEDULER_READ
+
+#: Requests on the ``exclude`` rung record suspicions instead of drains (histories from before read every request
+#: as a drain request, as they were decided).
+FLEET_SUSPICIONS_PATCH = "fleet-suspicions"
 
 #: Wake up at least this often to expire approvals and run health checks.
 _MAX_SLEEP_S = 60.0
@@ -166,6 +171,9 @@ class FleetWorkflow:
         if done is not None:
             await self._reply(req, done)  # a retried request: the same answer again
             return
+        if not workflow.patched(FLEET_SUSPICIONS_PATCH):
+            # Recorded before suspicions existed: every request was a drain request.
+            req = req.model_copy(update={"rung": ActionRung.DRAIN})
         view = await self._view()
         now = workflow.now()
         self._state = policy.sync_with_view(self._state, view, now)
@@ -194,6 +202,8 @@ class FleetWorkflow:
             approvals=tuple(approvals),
             reasons=tuple(reasons),
             decided_at=workflow.now(),
+            suspected=verdict.suspected,
+            job_exclusion=verdict.job_exclusion if verdict.act else None,
         )
         if verdict.act and verdict.restart_needs_approval:
             self._state, approval = policy.open_approval(

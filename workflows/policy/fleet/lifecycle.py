@@ -17,6 +17,7 @@ from workflows.domain.fleet import (
     NodeLifecycle,
     NodeRecord,
 )
+from workflows.domain.incident import ActionRung
 from workflows.domain.names import is_rebound_drain
 from workflows.domain.progress import aware
 from workflows.domain.slurm import ClusterSnapshot
@@ -65,14 +66,17 @@ def note_incident(state: FleetState, req: IsolationRequest, now: datetime, polic
             cause=req.cause,
             confidence=req.confidence,
             request_id=req.request_id,
+            suspicion=req.rung is ActionRung.EXCLUDE,
+            evidence=req.evidence,
         )
         recent = tuple(i for i in record.incidents if within(i.at, now, policy.lemon_window_s))
         update: dict[str, object] = {"incidents": (*recent, incident)[-MAX_INCIDENTS_PER_NODE:]}
         if record.state is NodeLifecycle.HEALTHY:
+            how = "suspected (excluded, not drained)" if incident.suspicion else "implicated"
             update |= {
                 "state": NodeLifecycle.SUSPECT,
                 "since": now,
-                "reason": f"implicated by job {req.job_id} ({req.incident}: {req.cause})",
+                "reason": f"{how} by job {req.job_id} ({req.incident}: {req.cause})",
             }
         nodes[name] = record.model_copy(update=update)
         changed = True
