@@ -25,7 +25,7 @@ from __future__ import annotations
 from workflows.domain.base import Frozen
 from workflows.domain.incident import ActionRung, Attribution, EvidenceKind
 
-__all__ = ["NODE_EVIDENCE", "ActionChoice", "choose_action", "with_action"]
+__all__ = ["NODE_EVIDENCE", "ActionChoice", "choose_action", "describe_evidence", "with_action"]
 
 #: Evidence about the node itself, from outside the job: enough to drain it.
 NODE_EVIDENCE = frozenset({EvidenceKind.GPU_AGENT, EvidenceKind.NODE_DOWN, EvidenceKind.NODE_FAILURE})
@@ -42,6 +42,11 @@ _WHAT = {
     EvidenceKind.CODE: "the training code's own error",
     EvidenceKind.NONE: "no evidence of a node's fault",
 }
+
+
+def describe_evidence(basis: EvidenceKind) -> str:
+    """What a kind of evidence says about a node, for people (``a rank died with no hardware evidence``)."""
+    return _WHAT[basis]
 
 
 class ActionChoice(Frozen):
