@@ -7,18 +7,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+from workers.fleet_cli import format_nodes
 from workflows.domain.fleet import (
+    BreakerStatus,
     DrainEvent,
     FleetMode,
     FleetPolicy,
     FleetState,
+    FleetStatus,
     FleetVerdict,
     IsolationRequest,
     NodeLifecycle,
 )
 from workflows.domain.incident import ActionRung
 from workflows.domain.slurm import ClusterSnapshot, NodeBaseState, SlurmNode
-from workflows.policy.fleet import decide_isolation, note_incident
+from workflows.policy.fleet import active_suspicions, decide_isolation, note_incident
 from workflows.policy.fleet.suspicion import MAX_JOB_EXCLUSIONS, standing_exclusion
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -153,3 +156,19 @@ def test_the_standing_exclusion_is_bounded_newest_kept() -> None:
     req = suspicion("n99", excluded_before=before)
     kept = standing_exclusion(req, ["n99"])
     assert len(kept) == MAX_JOB_EXCLUSIONS and kept[-1] == "n99" and "n1" not in kept
+
+
+def test_rebound_nodes_lists_the_suspicions_within_the_window() -> None:
+    state, _ = handle(ACT, suspicion("n2", job=7), cluster(4))
+    state, _ = handle(state, suspicion("n3", job=42, seconds=120), cluster(4))
+    assert [(n, i.incident) for n, i in active_suspicions(state, POLICY, T0 + timedelta(seconds=600))] == [
+        ("n3", "42-1"),
+        ("n2", "7-1"),
+    ]
+    assert [n for n, _ in active_suspicions(state, POLICY, T0 + timedelta(seconds=3700))] == ["n3"]
+    text = format_nodes(
+        FleetStatus(state=state, breaker=BreakerStatus(drained_in_window=0, cap=1, open=False), policy=POLICY),
+        now=T0 + timedelta(seconds=600),
+    )
+    assert "not drained; implicated again within 1 h: drained): 2" in text
+    assert "n3         2026-12-01 12:02:00  job 42 (42-1: rank-killed)" in text

@@ -54,6 +54,7 @@ from workflows.policy.fleet.lifecycle import (
     note_incident,
     sync_with_view,
 )
+from workflows.policy.fleet.suspicion import MAX_JOB_EXCLUSIONS, active_suspicions
 
 __all__ = [
     "MAX_CHECKS_PER_NODE",
@@ -61,6 +62,8 @@ __all__ = [
     "MAX_DECISIONS",
     "MAX_DRAIN_EVENTS",
     "MAX_INCIDENTS_PER_NODE",
+    "MAX_JOB_EXCLUSIONS",
+    "active_suspicions",
     "after_drain",
     "after_health_check",
     "answer_approval",

@@ -10,13 +10,21 @@ that would leave its partition too few nodes to place it (then less is done, and
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
-from workflows.domain.fleet import FleetState, IsolationRequest, NodeIncident
+from workflows.domain.fleet import FleetPolicy, FleetState, IsolationRequest, NodeIncident
 from workflows.domain.progress import aware
 from workflows.domain.slurm import ClusterSnapshot, NodeBaseState, SlurmNode
-from workflows.policy.fleet.common import age_s, span, unique
+from workflows.policy.fleet.common import age_s, span, unique, within
 
-__all__ = ["MAX_JOB_EXCLUSIONS", "earlier_implications", "fit_exclusion", "repeat_reason", "standing_exclusion"]
+__all__ = [
+    "MAX_JOB_EXCLUSIONS",
+    "active_suspicions",
+    "earlier_implications",
+    "fit_exclusion",
+    "repeat_reason",
+    "standing_exclusion",
+]
 
 #: A job's standing exclusion keeps at most this many nodes (the newest): an old suspicion gives way to new ones.
 MAX_JOB_EXCLUSIONS = 8
@@ -93,3 +101,15 @@ def standing_exclusion(req: IsolationRequest, added: Sequence[str]) -> tuple[str
     ``MAX_JOB_EXCLUSIONS``."""
     kept = unique([*(n for n in req.excluded_before if n not in added), *added])
     return tuple(kept[-MAX_JOB_EXCLUSIONS:])
+
+
+def active_suspicions(state: FleetState, policy: FleetPolicy, now: datetime) -> list[tuple[str, NodeIncident]]:
+    """(node, suspicion) still within ``suspicion_window_s``, newest first: what ``rebound nodes`` lists (another
+    implication of such a node drains it)."""
+    found = [
+        (name, i)
+        for name, record in state.nodes.items()
+        for i in record.incidents
+        if i.suspicion and within(i.at, now, policy.suspicion_window_s)
+    ]
+    return sorted(found, key=lambda pair: (aware(pair[1].at), pair[0]), reverse=True)
