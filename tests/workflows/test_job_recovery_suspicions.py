@@ -14,6 +14,7 @@ from temporalio.client import Client
 
 from activities.slurm.port import RestartRequest
 from tests.workflows.test_job_recovery import Handle, Harness, until
+from workers.jobs_cli import render_timeline
 from workflows.domain.incident import ActionKind, ActionRung
 from workflows.domain.recovery import JobRecoveryStatus, RecoveryState
 
@@ -66,6 +67,7 @@ async def test_the_same_node_implicated_by_another_job_is_drained_naming_both(h:
     assert restarts(h, a.job_id) == [(h.nodes[1],)]
     assert h.nodes[1] not in h.sched.jobs[a.job_id].nodes
     assert "suspicion recorded, not drained" in fleet_notes(st_a, 1)
+    assert f"  action      exclude: exclude {h.nodes[1]} from this job's next placement" in render_timeline(st_a)
 
     b = h.sched.submit([h.nodes[1], h.nodes[3]], name="b")
     handle_b = await h.start(b.job_id)
