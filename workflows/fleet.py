@@ -4,11 +4,13 @@ Every JobRecovery asks the Fleet (signal ``request_isolation``) before anything 
 job, and waits for its answer (signal ``isolation_decided`` back). The Fleet applies, in one place and in order:
 the mode (observe, canary, act), drains by others (evidence, never touched), cross-job correlation (many nodes
 failing together across jobs: an operator decides), the approval policy (low confidence, protected partitions,
-the Nth restart of a job), and the breaker (a cap on Rebound's drains per window). Drains it may do, it does and
-verifies; the rest wait for an operator (update ``answer_approval``; ``rebound approve|reject``) until the
-policy's deadline. Drained nodes get a health check from their node agent and return to service, or are held for
-repair (failed check, or a lemon: too many incidents). Decisions live in ``workflows.policy.fleet``; this class
-sequences and records.
+the Nth restart of a job), and the breaker (a cap on Rebound's drains per window). A request on the action
+ladder's ``exclude`` rung only records a suspicion of its nodes and keeps them out of that job's next placement;
+the same node implicated again within the suspicion window is drained (``workflows.policy.fleet.suspicion``).
+Drains it may do, it does and verifies; the rest wait for an operator (update ``answer_approval``;
+``rebound approve|reject``) until the policy's deadline. Drained nodes get a health check from their node agent
+and return to service, or are held for repair (failed check, or a lemon: too many incidents). Decisions live in
+``workflows.policy.fleet``; this class sequences and records.
 """
 
 from __future__ import annotations
