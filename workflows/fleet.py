@@ -179,6 +179,7 @@ class FleetWorkflow:
         view = await self._view()
         now = workflow.now()
         self._state = policy.sync_with_view(self._state, view, now)
+        self._state = policy.clear_stale_suspects(self._state, self._policy, now)
         self._state = policy.note_incident(self._state, req, now, self._policy)
         verdict = policy.decide_isolation(self._state, req, self._policy, view, now)
         reasons = list(verdict.reasons)

@@ -21,7 +21,7 @@ from workflows.domain.fleet import (
 )
 from workflows.domain.incident import ActionRung
 from workflows.domain.slurm import ClusterSnapshot, NodeBaseState, SlurmNode
-from workflows.policy.fleet import active_suspicions, decide_isolation, note_incident
+from workflows.policy.fleet import active_suspicions, clear_stale_suspects, decide_isolation, note_incident
 from workflows.policy.fleet.suspicion import MAX_JOB_EXCLUSIONS, standing_exclusion
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -172,3 +172,12 @@ def test_rebound_nodes_lists_the_suspicions_within_the_window() -> None:
     )
     assert "not drained; implicated again within 1 h: drained): 2" in text
     assert "n3         2026-12-01 12:02:00  job 42 (42-1: rank-killed)" in text
+
+
+def test_a_suspect_with_nothing_in_the_window_is_healthy_again() -> None:
+    state, _ = handle(ACT, suspicion("n2"), cluster(4))
+    assert clear_stale_suspects(state, POLICY, T0 + timedelta(seconds=3600)) is state  # closed window: still suspect
+    later = clear_stale_suspects(state, POLICY, T0 + timedelta(seconds=3601))
+    record = later.nodes["n2"]
+    assert record.state is NodeLifecycle.HEALTHY and "no longer suspect" in record.reason
+    assert record.incidents == state.nodes["n2"].incidents  # the history stays (lemons read it)
