@@ -102,7 +102,7 @@ class NodeIncident(Frozen):
     suspicion: bool = False
     """Only the job's word against the node (``ActionRung.EXCLUDE``): excluded for that job, not drained."""
     evidence: str = ""
-    """Why the rung was chosen (the action ladder's reason), for people."""
+    """What the evidence was, in the action ladder's words, for people."""
 
 
 class NodeRecord(Frozen):
@@ -150,7 +150,8 @@ class IsolationRequest(Frozen):
     from before the ladder reads so); ``exclude`` asks only to keep them out of the job's next placement and to
     record a suspicion (escalated to a drain when a node was implicated before within the suspicion window)."""
     evidence: str = ""
-    """The ladder's reason for the rung, for the Fleet's record and its reasons."""
+    """What the evidence is, in the ladder's words (``a rank died with no hardware evidence``): the Fleet's record
+    and reasons."""
     node_count: int = Field(0, ge=0)
     """Nodes the job needs (0: unknown): an exclusion that would leave too few in its partition is not made."""
     excluded_before: tuple[str, ...] = ()

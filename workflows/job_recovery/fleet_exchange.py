@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.domain.fleet import IsolationDecision, IsolationRequest
     from workflows.domain.incident import ActionRung, Attribution, Incident
     from workflows.options import FLEET_REQUEST
+    from workflows.policy.action_ladder import describe_evidence
     from workflows.policy.recovery import fleet_silent
 
 __all__ = ["Placement", "await_decision", "isolation_request", "send_request"]
@@ -51,7 +52,7 @@ def isolation_request(
     if placement is not None:
         ladder = {
             "rung": attribution.action or ActionRung.DRAIN,
-            "evidence": attribution.action_reason,
+            "evidence": describe_evidence(attribution.basis),
             "node_count": placement.node_count,
             "excluded_before": placement.excluded,
         }

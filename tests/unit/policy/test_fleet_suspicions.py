@@ -27,7 +27,7 @@ from workflows.policy.fleet.suspicion import MAX_JOB_EXCLUSIONS, standing_exclus
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 POLICY = FleetPolicy(suspicion_window_s=3600.0)
 ACT = FleetState(cluster="c", mode=FleetMode.ACT)
-EVIDENCE = "exclude n2 from this job's next placement and record a suspicion: a rank died with no hardware evidence"
+EVIDENCE = "a rank died with no hardware evidence"
 
 
 def cluster(count: int, *, down: Sequence[str] = ()) -> ClusterSnapshot:
