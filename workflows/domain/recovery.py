@@ -173,6 +173,9 @@ class JobRecoveryState(Frozen):
     """Hand-over from one incident to the next: the restarted job failed again before it trained."""
     last_job: SlurmJob | None = None
     """The job as the last incident left it (verification's observation)."""
+    excluded_nodes: tuple[str, ...] = ()
+    """The job's standing exclusion: nodes it suspects (excluded, not drained), kept out of every later placement
+    (bounded by the Fleet: ``workflows.policy.fleet.suspicion.MAX_JOB_EXCLUSIONS``)."""
     pending_notes: tuple[Notification, ...] = ()
     """Notifications decided in synchronous code (the end of the run), sent before the run returns."""
 
