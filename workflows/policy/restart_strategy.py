@@ -1,0 +1,59 @@
+"""Which way a failed job is brought back: requeued under its id, or resubmitted as a new job. Pure.
+
+Two strategies sit behind one seam (ADR 014):
+
+* **requeue** (ADR 009): the job keeps its id, Slurm restarts it; only possible for a requeueable job.
+* **resubmit**: the job's own batch script and options, captured when Rebound began watching it, are submitted
+  again as its owner, excluding the bad nodes; the new id joins the same logical job (one JobRecovery, one
+  budget).
+
+The job's ``restart`` setting (opt-in key ``restart=auto|requeue|resubmit``, or an operator selector's spec)
+chooses; ``auto`` (the default) requeues what Slurm lets requeue and resubmits the rest.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from workflows.domain.base import Frozen
+from workflows.domain.recovery import RestartSetting
+
+__all__ = ["RestartChoice", "RestartStrategy", "choose_restart", "needs_submission"]
+
+
+class RestartStrategy(StrEnum):
+    REQUEUE = "requeue"
+    RESUBMIT = "resubmit"
+
+
+class RestartChoice(Frozen):
+    """The strategy, or None when the job cannot be restarted at all; ``reason`` says why, for the timeline."""
+
+    strategy: RestartStrategy | None
+    reason: str
+
+
+def needs_submission(setting: RestartSetting, requeue_allowed: bool) -> bool:
+    """Whether the job's submission must be captured when the watch begins (a resubmission may follow)."""
+    return setting is RestartSetting.RESUBMIT or (setting is RestartSetting.AUTO and not requeue_allowed)
+
+
+def choose_restart(setting: RestartSetting, *, requeue_allowed: bool, submission_captured: bool) -> RestartChoice:
+    """The restart strategy for a job, from its setting, what Slurm allows, and what Rebound captured.
+
+    Args:
+        setting: The job's ``restart`` setting.
+        requeue_allowed: Slurm lets the job be requeued (not ``--no-requeue``, ``JobRequeue`` not 0).
+        submission_captured: The job's script and options were captured when its watch began.
+    """
+    if setting is RestartSetting.REQUEUE or (setting is RestartSetting.AUTO and requeue_allowed):
+        # A job that refuses a requeue is told so by the requeue itself (an ending, as before resubmission).
+        return RestartChoice(strategy=RestartStrategy.REQUEUE, reason=f"restart={setting.value}")
+    if not submission_captured:
+        return RestartChoice(
+            strategy=None,
+            reason=f"restart={setting.value} needs a resubmission, but the job's batch script and options were not "
+            "captured when its watch began",
+        )
+    why = "the job cannot be requeued" if not requeue_allowed else "restart=resubmit"
+    return RestartChoice(strategy=RestartStrategy.RESUBMIT, reason=why)
