@@ -16,8 +16,8 @@ from workflows.domain.incident import Anomaly, Incident, TimelineEntry
 from workflows.domain.notify import Notification
 from workflows.domain.progress import ProgressState
 from workflows.domain.slurm import JobState, SlurmJob
-from workflows.domain.submission import SubmissionFacts
 from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
+from workflows.domain.submission import SubmissionFacts
 
 #: Incidents kept in state across continue-as-new (older ones stay in the previous runs' histories); the Fleet's
 #: answers are kept for as many requests, the newest (a late approval of an older one is in the Fleet's state).
