@@ -46,8 +46,8 @@ class SubmissionOptions(Frozen):
     requeue: bool = False
 
 
-class SubmissionFacts(Frozen):
-    """A job's submission, captured when Rebound began watching it (``slurm_capture_submission``)."""
+class SubmittedJob(Frozen):
+    """Who submitted a job, from where, with which options (the scheduler's record, without the script)."""
 
     job_id: int
     user: str = ""
@@ -55,6 +55,11 @@ class SubmissionFacts(Frozen):
     group_id: int = Field(ge=0)
     working_directory: str
     options: SubmissionOptions
+
+
+class SubmissionFacts(SubmittedJob):
+    """A job's submission, captured when Rebound began watching it (``slurm_capture_submission``)."""
+
     script_path: str
     """The batch script's copy on the worker (``<state_dir>/submissions/...``, mode 0600)."""
     script_sha256: str
