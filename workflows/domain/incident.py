@@ -87,6 +87,7 @@ class Attribution(Frozen):
 class ActionKind(StrEnum):
     DRAIN = "drain"
     REQUEUE = "requeue"
+    RESUBMIT = "resubmit"
 
 
 class ActionRecord(Frozen):

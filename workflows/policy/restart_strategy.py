@@ -16,9 +16,20 @@ from __future__ import annotations
 from enum import StrEnum
 
 from workflows.domain.base import Frozen
-from workflows.domain.recovery import RestartSetting
+from workflows.domain.recovery import RecoveryState, RestartSetting
+from workflows.policy.recovery import Ending
 
-__all__ = ["RestartChoice", "RestartStrategy", "choose_restart", "needs_submission"]
+__all__ = [
+    "END_POLL_S",
+    "END_WAIT_S",
+    "RestartChoice",
+    "RestartStrategy",
+    "cannot_restart",
+    "choose_restart",
+    "needs_submission",
+    "resubmit_refused",
+    "still_running",
+]
 
 
 class RestartStrategy(StrEnum):
@@ -57,3 +68,33 @@ def choose_restart(setting: RestartSetting, *, requeue_allowed: bool, submission
         )
     why = "the job cannot be requeued" if not requeue_allowed else "restart=resubmit"
     return RestartChoice(strategy=RestartStrategy.RESUBMIT, reason=why)
+
+
+#: How long a job chosen for resubmission may take to end by itself (a crashed rank ends a ``--no-requeue`` job
+#: within seconds, once srun and the batch script exit); one still running after this is not resubmitted.
+END_WAIT_S = 180.0
+END_POLL_S = 5.0
+
+
+def cannot_restart(reason: str) -> Ending:
+    """No strategy can bring the job back (``choose_restart`` said why)."""
+    return Ending(state=RecoveryState.GAVE_UP, reason=f"the job cannot be restarted: {reason}", outcome="not restarted")
+
+
+def resubmit_refused(kind: str, cause: str) -> Ending:
+    """sbatch (or the capture's copy) refused the resubmission for good."""
+    return Ending(
+        state=RecoveryState.GAVE_UP,
+        reason=f"the job could not be resubmitted ({kind}): {cause}",
+        outcome=f"resubmission refused: {kind}",
+    )
+
+
+def still_running(job_id: int, waited_s: float) -> Ending:
+    """The job to resubmit has not ended: a second copy beside it would run the same training twice."""
+    return Ending(
+        state=RecoveryState.GAVE_UP,
+        reason=f"job {job_id} was still running {waited_s:.0f} s after its failure; Rebound resubmits only a job "
+        "that has ended (cancel it to let Rebound resubmit it, or allow requeue)",
+        outcome="not resubmitted: still running",
+    )

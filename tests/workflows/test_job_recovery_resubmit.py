@@ -1,0 +1,66 @@
+"""Resubmission in JobRecovery (ADR 014): a --no-requeue job whose rank crashed is submitted again as its owner,
+off the bad node, exactly once across a lost activity answer, and the one workflow follows the new job."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from activities.slurm.submission import token_in
+from tests.workflows.test_job_recovery import Harness, _actions, h, until
+from workflows.constants import JOB_ID
+from workflows.domain.errors import FailureKind
+from workflows.domain.incident import ActionKind
+from workflows.domain.recovery import RecoveryState
+from workflows.domain.slurm import JobState
+
+__all__ = ["h"]  # the fixture, shared with test_job_recovery
+
+
+def _crash(h: Harness, job_id: int) -> None:
+    ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    h.log(job_id, 2, f"{ts} [ERROR] rank=2/4 node={h.nodes[1]} step=8 fatal error: exiting with code 13")
+    h.sched.fail_job(job_id, exit_code=13)
+
+
+async def test_no_requeue_job_is_resubmitted_once_and_followed(h: Harness) -> None:
+    old = h.sched.submit(h.nodes[:2], name="llm", requeue=False, comment="rebound", user_id=1000)
+    h.sched.scripts[old.job_id] = b"#!/bin/bash\nsrun python train.py\n"
+    handle = await h.start(old.job_id)
+    st = await until(handle, lambda s: any(e.event == "CAPTURE" for e in s.timeline))
+    assert "captured" in next(e.detail for e in st.timeline if e.event == "CAPTURE")
+    h.step(old.job_id, 0, 7, h.nodes[0])
+
+    h.sched.lose_submit_answer = 1  # sbatch goes through, the activity's answer is lost: the retry must adopt
+    _crash(h, old.job_id)
+    st = await until(handle, lambda s: len(s.lineage) == 2 and s.state is RecoveryState.VERIFYING, timeout=40)
+
+    new_id = st.lineage[1]
+    assert st.lineage == (old.job_id, new_id) and st.job_id == new_id
+    carrying = [j for j in h.sched.jobs.values() if token_in(j.comment)]
+    assert [j.job_id for j in carrying] == [new_id] and len(h.sched.submitted) == 1
+    new = h.sched.jobs[new_id]
+    assert new.user_id == 1000 and h.nodes[1] in new.excluded_nodes and not new.requeue_allowed
+    assert token_in(new.comment) in st.resubmit_tokens
+    assert _actions(st, ActionKind.RESUBMIT) == [str(old.job_id)] and st.restarts_used == 1
+    assert any("adopted" in e.detail for e in st.timeline if e.event == "RESUBMITTED")
+    assert (await handle.describe()).typed_search_attributes.get(JOB_ID) == str(new_id)
+
+    h.sched.schedule()
+    assert h.sched.jobs[new_id].state is JobState.RUNNING and h.nodes[1] not in h.sched.jobs[new_id].nodes
+    h.step(new_id, 0, 8, h.sched.jobs[new_id].nodes[0])
+    st = await until(handle, lambda s: s.state is RecoveryState.WATCHING and s.incidents[-1].resumed_at is not None)
+    h.sched.finish_job(new_id)
+    result = await asyncio.wait_for(handle.result(), 20)
+    assert result.state is RecoveryState.FINISHED and result.job_id == new_id
+
+
+async def test_a_job_without_a_captured_submission_gives_up_clearly(h: Harness) -> None:
+    old = h.sched.submit(h.nodes[:2], requeue=False, user_id=1000)
+    h.sched.fail_next("read_submission", FailureKind.SCHEDULER_REJECTED)  # Slurm kept no script
+    handle = await h.start(old.job_id)
+    await until(handle, lambda s: any(e.event == "CAPTURE" for e in s.timeline))
+    _crash(h, old.job_id)
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.state is RecoveryState.GAVE_UP and "not captured" in result.reason
+    assert h.sched.submitted == []
