@@ -12,13 +12,14 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import classified_errors
 from activities.slurm.snapshots import SnapshotCache
-from activities.temporal.rebound_workflows import start_job_recovery
+from activities.slurm.submission import token_in
+from activities.temporal.rebound_workflows import query_job_status, start_job_recovery
 from workflows.constants import job_workflow_id
 from workflows.domain.discovery import (
     DiscoveredJob,
@@ -32,6 +33,7 @@ from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.recovery import DetectionPolicy, JobRecoveryInput
 from workflows.domain.slurm import ClusterSnapshot, JobState
 from workflows.policy.optin import JobSelector, OptInError, spec_for
+from workflows.policy.restart_strategy import in_lineage
 
 __all__ = ["DiscoveryActivities", "StartJobRecovery", "TemporalJobRecoveryStarter"]
 
@@ -40,6 +42,9 @@ DISCOVERABLE_STATES = (JobState.PENDING, JobState.RUNNING)
 
 #: Starts one job's JobRecovery; injected so tests (and other front ends) can replace the Temporal client.
 StartJobRecovery = Callable[[StartJobRecoveryInput], Awaitable[StartJobRecoveryResult]]
+
+#: How long the lineage's JobRecovery may take to answer whether a resubmitted job is its own.
+_LINEAGE_QUERY_S = 10.0
 
 # Temporal answers that mean "not now" rather than "never".
 _TRANSIENT_RPC = frozenset(
@@ -86,6 +91,9 @@ class TemporalJobRecoveryStarter:
                 refuses the request (an unregistered search attribute, a missing permission).
         """
         wf_id = job_workflow_id(inp.cluster, inp.job_id)
+        owner = await self._lineage_owner(inp)
+        if owner is not None:
+            return StartJobRecoveryResult(workflow_id=owner, lineage=True)
         # Built and validated here: a payload that fails to decode would wedge the workflow task, not fail it.
         args = JobRecoveryInput(
             cluster=inp.cluster,
@@ -102,6 +110,31 @@ class TemporalJobRecoveryStarter:
             kind = FailureKind.TEMPORAL_UNREACHABLE if e.status in _TRANSIENT_RPC else FailureKind.CONFIGURATION
             raise ReboundError(kind, f"starting {wf_id} failed: {e.status.name}: {e.message}") from e
         return StartJobRecoveryResult(workflow_id=wf_id, run_id=handle.result_run_id)
+
+    async def _lineage_owner(self, inp: StartJobRecoveryInput) -> str | None:
+        """The JobRecovery that resubmitted this job, by its own record; None: the job is started as any other.
+
+        The comment's token only names whom to ask (the lineage's first job id). The job belongs to that
+        lineage when the JobRecovery lists its id or reserved exactly this token; a forged, copied or stale
+        token claims nothing and the job gets its own JobRecovery.
+
+        Raises:
+            ReboundError: ``TEMPORAL_UNREACHABLE`` when the lineage's JobRecovery cannot be asked now (the next
+                discovery round offers the job again: never a second workflow on a guess).
+        """
+        root = inp.resubmit_token.partition(".")[0]
+        if not root.isdigit() or int(root) <= 0 or int(root) == inp.job_id:
+            return None
+        owner = job_workflow_id(inp.cluster, int(root))
+        try:
+            status = await query_job_status(self._client, owner, timeout_s=_LINEAGE_QUERY_S)
+        except RPCError as e:
+            if e.status is RPCStatusCode.NOT_FOUND:
+                return None
+            raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, f"asking {owner} about job {inp.job_id}: {e}") from e
+        except (TimeoutError, WorkflowQueryFailedError) as e:
+            raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, f"asking {owner} about job {inp.job_id}: {e}") from e
+        return owner if in_lineage(status, inp.job_id, inp.resubmit_token) else None
 
 
 class DiscoveryActivities:
@@ -202,7 +235,17 @@ class DiscoveryActivities:
                     activity.logger.warning("job %s is not monitored: %s (comment %r)", job.job_id, e, job.comment)
                 continue
             if spec is not None:
-                new.append(DiscoveredJob(job_id=job.job_id, name=job.name, user=job.user, state=job.state, spec=spec))
+                token = token_in(job.comment) or ""
+                new.append(
+                    DiscoveredJob(
+                        job_id=job.job_id,
+                        name=job.name,
+                        user=job.user,
+                        state=job.state,
+                        spec=spec,
+                        resubmit_token=token,
+                    )
+                )
         # Forget warnings about jobs the scheduler no longer lists, so the memory stays bounded.
         listed = {job.job_id for job in snapshot.jobs}
         for job_id in [j for j in self._warned if j not in listed]:

@@ -7,12 +7,15 @@ import asyncio
 from datetime import UTC, datetime
 
 from activities.slurm.submission import token_in
+from activities.temporal.discovery import TemporalJobRecoveryStarter
 from tests.workflows.test_job_recovery import Harness, _actions, h, until
-from workflows.constants import JOB_ID
+from workflows.constants import JOB_ID, job_workflow_id
+from workflows.domain.discovery import StartJobRecoveryInput
 from workflows.domain.errors import FailureKind
 from workflows.domain.incident import ActionKind
-from workflows.domain.recovery import RecoveryState
+from workflows.domain.recovery import JobRecoveryInput, RecoverySpec, RecoveryState
 from workflows.domain.slurm import JobState
+from workflows.job_recovery import JobRecoveryWorkflow
 
 __all__ = ["h"]  # the fixture, shared with test_job_recovery
 
@@ -41,7 +44,7 @@ async def test_no_requeue_job_is_resubmitted_once_and_followed(h: Harness) -> No
     assert [j.job_id for j in carrying] == [new_id] and len(h.sched.submitted) == 1
     new = h.sched.jobs[new_id]
     assert new.user_id == 1000 and h.nodes[1] in new.excluded_nodes and not new.requeue_allowed
-    assert token_in(new.comment) in st.resubmit_tokens
+    assert st.resubmit_tokens == ()  # resolved: the new job is in the lineage
     assert _actions(st, ActionKind.RESUBMIT) == [str(old.job_id)] and st.restarts_used == 1
     assert any("adopted" in e.detail for e in st.timeline if e.event == "RESUBMITTED")
     assert (await handle.describe()).typed_search_attributes.get(JOB_ID) == str(new_id)
@@ -64,3 +67,42 @@ async def test_a_job_without_a_captured_submission_gives_up_clearly(h: Harness) 
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.state is RecoveryState.GAVE_UP and "not captured" in result.reason
     assert h.sched.submitted == []
+
+
+async def test_cluster_watch_starts_no_second_workflow_and_a_comment_claims_nothing(h: Harness) -> None:
+    old = h.sched.submit(h.nodes[:2], name="llm", requeue=False, comment="rebound", user_id=1000)
+    owner = job_workflow_id(h.cluster, old.job_id)
+    spec = RecoverySpec(logs=(str(h.tmp / "job-%j-*.log"),))
+    handle = await h.client.start_workflow(
+        JobRecoveryWorkflow.run,
+        JobRecoveryInput(cluster=h.cluster, job_id=old.job_id, poll_interval_s=0.1, spec=spec),
+        id=owner,
+        task_queue=h.task_queue,
+    )
+    await until(handle, lambda s: any(e.event == "CAPTURE" for e in s.timeline))
+    _crash(h, old.job_id)
+    st = await until(handle, lambda s: len(s.lineage) == 2, timeout=40)
+    new_id = st.lineage[1]
+    token = token_in(h.sched.jobs[new_id].comment) or ""
+
+    starter = TemporalJobRecoveryStarter(h.client, task_queue=h.task_queue)
+    joined = await starter(StartJobRecoveryInput(cluster=h.cluster, job_id=new_id, spec=spec, resubmit_token=token))
+    assert joined.lineage and joined.workflow_id == owner
+
+    # Another job of the user with the token copied into its comment belongs to nobody's lineage: it is started.
+    forged = h.sched.submit(h.nodes[2:3], comment=f"rebound |rb-resubmit={token}", user_id=1000)
+    started = await starter(
+        StartJobRecoveryInput(cluster=h.cluster, job_id=forged.job_id, spec=spec, resubmit_token=token)
+    )
+    assert not started.lineage and started.workflow_id == job_workflow_id(h.cluster, forged.job_id)
+    # A token naming a lineage Rebound never had claims nothing either.
+    other = h.sched.submit(h.nodes[3:4], comment="rebound |rb-resubmit=999999.1.0000000000000000", user_id=1000)
+    started = await starter(
+        StartJobRecoveryInput(
+            cluster=h.cluster, job_id=other.job_id, spec=spec, resubmit_token="999999.1.0000000000000000"
+        )
+    )
+    assert not started.lineage
+    for job_id in (forged.job_id, other.job_id):
+        await h.client.get_workflow_handle(job_workflow_id(h.cluster, job_id)).terminate("test over")
+    await handle.terminate("test over")

@@ -162,8 +162,9 @@ class JobRecoveryStatus(Frozen):
     """Every Slurm job id of this logical job, oldest first, once it was resubmitted (empty: never resubmitted).
     Rebound's own record of the lineage: ClusterWatch asks it, never a job's comment (ADR 014)."""
     resubmit_tokens: tuple[str, ...] = ()
-    """Idempotency tokens reserved for resubmissions, newest last (``MAX_RESUBMIT_TOKENS``): a job carrying one
-    in its comment belongs to this lineage only while this record lists the token."""
+    """Idempotency tokens reserved for resubmissions whose new job is not recorded yet (``MAX_RESUBMIT_TOKENS``).
+    A job carrying one in its comment belongs to this lineage only while it is listed here: once the new job is
+    in ``lineage`` the token is resolved and removed, and a copy of it claims nothing."""
 
 
 class JobRecoveryState(Frozen):

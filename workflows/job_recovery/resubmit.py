@@ -90,10 +90,12 @@ async def resubmit(rec: Recorder, number: int, job: SlurmJob, exclude: tuple[str
     verified = decided.model_copy(
         update={
             "verified_at": done.verified_at,
-            "result": f"job {done.job_id} {done.state.value}{adopted} excluded {','.join(done.excluded_nodes)}",
+            "result": f"job {done.job_id} {done.state.value}{adopted} excluded {','.join(done.excluded_nodes)} "
+            f"token {token}",
         }
     )
-    rec.update_status(job_state=done.state)
+    # Resolved: the job is in the lineage now; a copy of the token in another job's comment claims nothing.
+    rec.update_status(job_state=done.state, resubmit_tokens=tuple(t for t in rec.status.resubmit_tokens if t != token))
     rec.record("RESUBMITTED", f"job {previous} -> job {done.job_id}{adopted}; {facts.environment_note}", number)
     rec.set_status(ledger.mark_restarted(ledger.replace_action(rec.status, number, verified), number, done.verified_at))
     rec.state = state.new_attempt(rec.state, workflow.now())

@@ -16,7 +16,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from workflows.domain.base import Frozen
-from workflows.domain.recovery import RecoveryState, RestartSetting
+from workflows.domain.recovery import JobRecoveryStatus, RecoveryState, RestartSetting
 from workflows.policy.recovery import Ending
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "RestartStrategy",
     "cannot_restart",
     "choose_restart",
+    "in_lineage",
     "needs_submission",
     "resubmit_refused",
     "still_running",
@@ -98,3 +99,12 @@ def still_running(job_id: int, waited_s: float) -> Ending:
         "that has ended (cancel it to let Rebound resubmit it, or allow requeue)",
         outcome="not resubmitted: still running",
     )
+
+
+def in_lineage(status: JobRecoveryStatus, job_id: int, token: str) -> bool:
+    """Whether a JobRecovery's own record makes ``job_id`` (whose comment carries ``token``) part of its lineage.
+
+    Rebound's record decides, never the comment: the JobRecovery lists the job, or reserved this very token
+    (the job may be seen before the resubmission's answer is recorded: the token was reserved first).
+    """
+    return job_id in status.lineage or (bool(token) and token in status.resubmit_tokens)

@@ -49,3 +49,15 @@ def test_resubmit_token_does_not_change_the_opt_in() -> None:
     # The token Rebound appends after a '|' leaves the spec before it alone.
     spec = parse_comment("rebound: budget=2 |rb-resubmit=7.1.deadbeef")
     assert spec is not None and spec.restart_budget == 2
+
+
+def test_lineage_is_rebound_s_record_not_the_comment() -> None:
+    from workflows.domain.recovery import JobRecoveryStatus, RecoveryState
+    from workflows.policy.restart_strategy import in_lineage
+
+    st = JobRecoveryStatus(cluster="c", job_id=9, state=RecoveryState.VERIFYING, lineage=(7, 9))
+    assert in_lineage(st, 9, "")
+    assert not in_lineage(st, 10, "7.1.abc")  # resolved tokens are gone: a copied token claims nothing
+    pending = st.model_copy(update={"resubmit_tokens": ("7.2.def",)})
+    assert in_lineage(pending, 11, "7.2.def")  # seen before the resubmission's answer was recorded
+    assert not in_lineage(pending, 11, "7.2.xyz")
