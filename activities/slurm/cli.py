@@ -29,6 +29,7 @@ from activities.slurm.errors import errno_from_text, kind_from_text
 from activities.slurm.guarded import GuardedActions, SlurmCallError
 from activities.slurm.parse import load_payload, parse_jobs, parse_nodes, parse_submission
 from activities.slurm.port import JobSubmission, gather_snapshot
+from activities.slurm.submission import parse_saved_environment
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.slurm import ClusterSnapshot, SlurmJob, SlurmNode
 
@@ -37,6 +38,7 @@ __all__ = ["CommandResult", "SlurmCliScheduler"]
 _SQUEUE = ("squeue", "--json", "-a")  # -a: hidden partitions too; --json lists every state anyway
 _SINFO = ("sinfo", "--json")
 _STDERR_LIMIT = 500
+_SAVE_DIR = "StateSaveLocation"
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,28 @@ class SlurmCliScheduler(GuardedActions):
             text = result.stderr.strip() or f"exited {result.returncode} with no script"
             kind = kind_from_text(text) if result.returncode != 0 else FailureKind.SCHEDULER_REJECTED
             raise ReboundError(kind, f"scontrol write batch_script {job_id}: {_trim(text)}")
-        return JobSubmission(**submitted.model_dump(), script=result.stdout)
+        environment, note = await self._saved_environment(job_id)
+        return JobSubmission(
+            **submitted.model_dump(), script=result.stdout, environment=environment, environment_note=note
+        )
+
+    async def _saved_environment(self, job_id: int) -> tuple[dict[str, str] | None, str]:
+        """The environment slurmctld saved with the job, readable where this worker runs on the controller's host
+        as root or SlurmUser (``StateSaveLocation``); otherwise None and why. Never raises: it is optional."""
+        config = await self.run("scontrol", "show", "config")
+        lines = config.stdout.decode("utf-8", "replace").splitlines()
+        found = next((ln.split("=", 1)[1].strip() for ln in lines if ln.split("=", 1)[0].strip() == _SAVE_DIR), "")
+        if config.returncode != 0 or not found:
+            return None, f"not captured: scontrol show config gave no {_SAVE_DIR}"
+        path = Path(found) / f"hash.{job_id % 10}" / f"job.{job_id}" / "environment"
+        try:
+            raw = await asyncio.to_thread(path.read_bytes)
+        except OSError as e:
+            return None, f"not captured: slurmctld's saved environment is not readable here ({e.strerror}: {path})"
+        env = parse_saved_environment(raw)
+        if env is None:
+            return None, f"not captured: {path} is not in the layout Slurm 22.05 writes"
+        return env, f"captured from slurmctld's saved job environment ({len(env)} variables)"
 
     async def _submit(self, args: Sequence[str], script: bytes, env: Mapping[str, str]) -> int:
         conf = (self._env if self._env is not None else os.environ).get("SLURM_CONF")

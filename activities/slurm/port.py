@@ -100,6 +100,10 @@ class JobSubmission(SubmittedJob):
     """A job's recorded submission and its batch script (``SchedulerActions.read_submission``)."""
 
     script: bytes
+    environment: dict[str, str] | None = None
+    """The environment sbatch sent with the job, where the backend could read it; None: not captured."""
+    environment_note: str = ""
+    """Where the environment came from, or why it was not read."""
 
 
 class ResubmitRequest(SubmittedJob):

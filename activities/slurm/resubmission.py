@@ -6,9 +6,11 @@ content (a script can be megabytes; an environment can hold secrets). The captur
 therefore run where that directory is: the central worker's state directory (shared by every central worker
 when there are several).
 
-The environment is not captured yet: the central worker cannot read the batch step's ``/proc/<pid>/environ``
-(it lives on the batch host), and carrying it from a node agent would put it in history. The resubmitted job
-gets a minimal login environment (``submission.job_environment``), and the timeline says so.
+The environment is the one slurmctld saved with the job (``StateSaveLocation/hash.N/job.J/environment``), which
+the CLI adapter reads when the worker runs on the controller's host as root or SlurmUser. Elsewhere it is not
+captured (reading the batch step's ``/proc/<pid>/environ`` through a node agent would carry it through workflow
+history in clear): the resubmitted job then gets a minimal login environment (``submission.job_environment``),
+and the timeline says so.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ log = logging.getLogger(__name__)
 
 #: Slurm's own default ``max_script_size`` (4 MB): a larger script cannot have been submitted anyway.
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
-_NOT_CAPTURED = "not captured (the batch host's environment is not read by the central worker yet)"
+_NOT_CAPTURED = "not captured (this scheduler backend does not give it)"
 
 
 class SubmissionActivities:
@@ -67,12 +69,16 @@ class SubmissionActivities:
                 return CaptureSubmissionResult(note=f"batch script of {len(sub.script)} bytes is over the cap")
             where = self._root / _safe(inp.cluster) / str(inp.job_id)
             script = _write_private(where, "script", sub.script)
+            environment = (
+                "" if sub.environment is None else str(_write_private(where, "environ", _pack(sub.environment)))
+            )
         facts = SubmissionFacts(
-            **sub.model_dump(exclude={"script"}),
+            **sub.model_dump(exclude={"script", "environment", "environment_note"}),
             script_path=str(script),
             script_sha256=hashlib.sha256(sub.script).hexdigest(),
             script_bytes=len(sub.script),
-            environment_note=_NOT_CAPTURED,
+            environment_path=environment,
+            environment_note=sub.environment_note or _NOT_CAPTURED,
             captured_at=datetime.now(UTC),
         )
         log.info("captured the submission of job %s (%d byte script)", inp.job_id, len(sub.script))
@@ -117,6 +123,11 @@ class SubmissionActivities:
             excluded_nodes=fresh.excluded_nodes,
             verified_at=datetime.now(UTC),
         )
+
+
+def _pack(env: dict[str, str]) -> bytes:
+    """NUL-separated, as ``/proc/<pid>/environ`` (``submission.parse_environ`` reads it back)."""
+    return b"".join(f"{k}={v}".encode("utf-8", "surrogateescape") + b"\0" for k, v in env.items())
 
 
 def _safe(name: str) -> str:

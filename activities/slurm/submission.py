@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pwd
 import re
+import struct
 from collections.abc import Iterable, Mapping
 
 from activities.slurm.hostlist import compress
@@ -20,6 +21,7 @@ __all__ = [
     "comment_with_token",
     "job_environment",
     "parse_environ",
+    "parse_saved_environment",
     "sbatch_arguments",
     "token_in",
 ]
@@ -112,6 +114,22 @@ def parse_environ(raw: bytes) -> dict[str, str]:
         if sep and name:
             env[name.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
     return env
+
+
+def parse_saved_environment(raw: bytes) -> dict[str, str] | None:
+    """slurmctld's saved job environment (``StateSaveLocation/hash.N/job.J/environment``), or None if malformed.
+
+    Layout (Slurm 22.05, verified on the lab): a ``uint32`` count in the controller's byte order, then that many
+    NUL-terminated ``NAME=value`` strings. Read on the controller's host, so the native byte order is its.
+    """
+    if len(raw) < 4:
+        return None
+    (count,) = struct.unpack("=I", raw[:4])
+    entries = raw[4:].split(b"\0")
+    if len(entries) < count + 1 or any(entries[count:]):
+        return None
+    env = parse_environ(b"\0".join(entries[:count]))
+    return env if len(env) == count else None
 
 
 def job_environment(captured: Mapping[str, str] | None, *, user_id: int) -> tuple[dict[str, str], str]:

@@ -11,9 +11,9 @@
   ``JobHeldUser`` with hold); with ``requeue_completes_instantly=False`` it stays COMPLETING until ``settle``;
 * a node that goes down requeues its requeueable jobs (NODE_FAIL for the others), as Slurm does.
 
-Resubmission (ADR 014): ``read_submission`` answers from the job's fields and ``scripts`` (default: a one-line
-script); the raw ``_submit`` reads its ``sbatch`` arguments back into a new PENDING job (``schedule`` starts it).
-``lose_submit_answer`` makes the next submissions go through and then fail as a worker killed right after
+Resubmission (ADR 014): ``read_submission`` answers from the job's fields, ``scripts`` (default: a one-line
+script) and ``environments`` (default: not captured); the raw ``_submit`` reads its ``sbatch`` arguments back
+into a new PENDING job (``schedule`` starts it). ``lose_submit_answer`` makes the next submissions go through and then fail as a worker killed right after
 ``sbatch`` would (the job exists, its id was never returned).
 
 Known fidelity gaps: no ``cred_expire`` delay (``schedule`` starts any eligible job at once), one job per node,
@@ -86,6 +86,8 @@ class FakeScheduler(GuardedActions):
         self.unreachable = False
         self.requeue_completes_instantly = True
         self.scripts: dict[int, bytes] = {}
+        self.environments: dict[int, dict[str, str]] = {}
+        """What slurmctld saved as a job's environment (absent: the backend cannot read it)."""
         self.submitted: list[tuple[tuple[str, ...], bytes, dict[str, str]]] = []
         """Every submission that reached "Slurm": sbatch's arguments, the script, the environment."""
         self.lose_submit_answer = 0
@@ -301,6 +303,8 @@ class FakeScheduler(GuardedActions):
                 working_directory=job.working_directory or "/lab/runs",
                 options=options,
                 script=self.scripts.get(job_id, b"#!/bin/bash\nsrun python train.py\n"),
+                environment=self.environments.get(job_id),
+                environment_note="captured from the fake's saved environment" if job_id in self.environments else "",
             )
 
     async def _submit(self, args: Sequence[str], script: bytes, env: Mapping[str, str]) -> int:

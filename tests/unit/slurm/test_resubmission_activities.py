@@ -29,7 +29,7 @@ async def test_capture_then_resubmit_once_across_a_lost_answer(tmp_path: Path) -
     assert facts is not None and facts.script_bytes == len(SCRIPT)
     assert b"secret" not in captured.model_dump_json().encode()  # history holds a path and a digest only
     assert _file(facts.script_path) == (SCRIPT, 0o600, 0o700)
-    assert "not captured" in facts.environment_note
+    assert "not captured" in facts.environment_note and facts.environment_path == ""
 
     fake.fail_job(old.job_id)
     inp = ResubmitInput(facts=facts, exclude=("n1",), token="1.1.00000000", reserved_at=datetime.now(UTC), key="k")
@@ -72,3 +72,19 @@ def _file(name: str) -> tuple[bytes, int, int]:
 
 def _tamper(name: str) -> None:
     Path(name).write_bytes(b"#!/bin/sh\nrm -rf ~\n")
+
+
+async def test_a_captured_environment_stays_in_a_private_file_and_reaches_sbatch(tmp_path: Path) -> None:
+    fake = FakeScheduler()
+    old = fake.submit(1, requeue=False, user_id=0)
+    fake.environments[old.job_id] = {"PATH": "/opt/venv/bin", "HF_TOKEN": "hf_secret", "SLURM_JOB_ID": "1"}
+    acts = SubmissionActivities(fake, tmp_path)
+    env = ActivityEnvironment()
+    captured = await env.run(acts.capture_submission, CaptureSubmissionInput(cluster="lab", job_id=old.job_id))
+    facts = captured.facts
+    assert facts is not None and "hf_secret" not in captured.model_dump_json()
+    assert _file(facts.environment_path)[1] == 0o600
+    fake.fail_job(old.job_id)
+    inp = ResubmitInput(facts=facts, token="1.1.00000000", reserved_at=datetime.now(UTC), key="k")
+    await env.run(acts.resubmit_job, inp)
+    assert fake.submitted[0][2] == {"PATH": "/opt/venv/bin", "HF_TOKEN": "hf_secret"}  # Slurm's own left out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -9,7 +10,13 @@ import pytest
 
 from activities.slurm.parse import load_payload, parse_submission
 from activities.slurm.port import ResubmitRequest
-from activities.slurm.submission import comment_with_token, job_environment, sbatch_arguments, token_in
+from activities.slurm.submission import (
+    comment_with_token,
+    job_environment,
+    parse_saved_environment,
+    sbatch_arguments,
+    token_in,
+)
 from tests.fakes.scheduler import FakeScheduler
 from tests.unit.slurm import golden
 from tests.unit.slurm.fake_bin import FakeSlurmBin
@@ -140,14 +147,30 @@ async def test_a_token_in_another_users_job_or_an_old_job_is_not_adopted() -> No
     assert not result.adopted and len(fake.submitted) == 1
 
 
+def _saved(*entries: str) -> bytes:
+    return struct.pack("=I", len(entries)) + b"".join(e.encode() + b"\0" for e in entries)
+
+
+def test_slurmctld_saved_environment() -> None:
+    assert parse_saved_environment(_saved("PATH=/opt/bin", "HF_TOKEN=x=y")) == {"PATH": "/opt/bin", "HF_TOKEN": "x=y"}
+    assert parse_saved_environment(_saved("A=1")[:-1]) is None  # truncated
+    assert parse_saved_environment(struct.pack("=I", 3) + b"A=1\0") is None  # fewer entries than counted
+    assert parse_saved_environment(b"") is None
+
+
 async def test_cli_reads_the_script_and_submits_with_an_argument_list(tmp_path: Path) -> None:
     bin_ = FakeSlurmBin(tmp_path)
-    bin_.respond("scontrol", stdout=b"#!/bin/bash\n#SBATCH -N 2\nsrun python train.py\n")
+    ctld = tmp_path / "ctld"
+    (ctld / "hash.1" / "job.1").mkdir(parents=True)
+    (ctld / "hash.1" / "job.1" / "environment").write_bytes(_saved("PATH=/opt/venv/bin", "SLURM_CONF=/x"))
+    bin_.respond("scontrol", stdout=b"#!/bin/bash\n#SBATCH -N 2\nsrun python train.py\n", call=1)
+    bin_.respond("scontrol", stdout=f"SlurmUser = slurm\nStateSaveLocation = {ctld}\n", call=2)
     bin_.respond("sbatch", stdout=b"42\n")
     cli = bin_.scheduler()
     sub = await cli.read_submission(1)
     assert sub.script.startswith(b"#!/bin/bash") and sub.options.name == "train-a"
-    assert bin_.calls("scontrol")[-1] == ["scontrol", "write", "batch_script", "1", "-"]
+    assert bin_.calls("scontrol")[0] == ["scontrol", "write", "batch_script", "1", "-"]
+    assert sub.environment == {"PATH": "/opt/venv/bin", "SLURM_CONF": "/x"} and "2 variables" in sub.environment_note
     req = _request(1, 0).model_copy(update={"environment": {"PATH": "/bin", "FAKE_SLURM_DIR": str(bin_.state)}})
     result = await cli.resubmit_excluding(req)
     assert result.job_id == 42 and not result.adopted
@@ -174,3 +197,11 @@ async def test_cli_sbatch_refusal_is_classified(tmp_path: Path) -> None:
     with pytest.raises(ReboundError) as caught:
         await bin_.scheduler().resubmit_excluding(req)
     assert not caught.value.kind.retryable
+
+
+async def test_cli_without_a_readable_saved_environment_says_so(tmp_path: Path) -> None:
+    bin_ = FakeSlurmBin(tmp_path)
+    bin_.respond("scontrol", stdout=b"#!/bin/sh\n", call=1)
+    bin_.respond("scontrol", stdout=f"StateSaveLocation = {tmp_path / 'nowhere'}\n", call=2)
+    sub = await bin_.scheduler().read_submission(1)
+    assert sub.environment is None and "not captured" in sub.environment_note
