@@ -13,8 +13,8 @@
 
 Resubmission (ADR 014): ``read_submission`` answers from the job's fields, ``scripts`` (default: a one-line
 script) and ``environments`` (default: not captured); the raw ``_submit`` reads its ``sbatch`` arguments back
-into a new PENDING job (``schedule`` starts it). ``lose_submit_answer`` makes the next submissions go through and then fail as a worker killed right after
-``sbatch`` would (the job exists, its id was never returned).
+into a new PENDING job (``schedule`` starts it). ``lose_submit_answer`` makes the next submissions go through
+and then fail as a worker killed right after ``sbatch`` would (the job exists, its id was never returned).
 
 Known fidelity gaps: no ``cred_expire`` delay (``schedule`` starts any eligible job at once), one job per node,
 no partitions or resources beyond node counts, no ``MinJobAge`` (use ``forget_job``), no step or log output.
