@@ -19,7 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.errors import classified_errors
 from activities.slurm.snapshots import SnapshotCache
 from activities.slurm.submission import token_in
-from activities.temporal.rebound_workflows import query_job_status, start_job_recovery
+from activities.temporal.rebound_workflows import lineage_workflow_id, start_job_recovery
 from workflows.constants import job_workflow_id
 from workflows.domain.discovery import (
     DiscoveredJob,
@@ -33,7 +33,6 @@ from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.recovery import DetectionPolicy, JobRecoveryInput
 from workflows.domain.slurm import ClusterSnapshot, JobState
 from workflows.policy.optin import JobSelector, OptInError, spec_for
-from workflows.policy.restart_strategy import in_lineage
 
 __all__ = ["DiscoveryActivities", "StartJobRecovery", "TemporalJobRecoveryStarter"]
 
@@ -122,19 +121,16 @@ class TemporalJobRecoveryStarter:
             ReboundError: ``TEMPORAL_UNREACHABLE`` when the lineage's JobRecovery cannot be asked now (the next
                 discovery round offers the job again: never a second workflow on a guess).
         """
-        root = inp.resubmit_token.partition(".")[0]
-        if not root.isdigit() or int(root) <= 0 or int(root) == inp.job_id:
+        if not inp.resubmit_token:
             return None
-        owner = job_workflow_id(inp.cluster, int(root))
         try:
-            status = await query_job_status(self._client, owner, timeout_s=_LINEAGE_QUERY_S)
-        except RPCError as e:
-            if e.status is RPCStatusCode.NOT_FOUND:
-                return None
-            raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, f"asking {owner} about job {inp.job_id}: {e}") from e
-        except (TimeoutError, WorkflowQueryFailedError) as e:
-            raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, f"asking {owner} about job {inp.job_id}: {e}") from e
-        return owner if in_lineage(status, inp.job_id, inp.resubmit_token) else None
+            return await lineage_workflow_id(
+                self._client, inp.cluster, inp.job_id, inp.resubmit_token, timeout_s=_LINEAGE_QUERY_S
+            )
+        except (RPCError, TimeoutError, WorkflowQueryFailedError) as e:
+            raise ReboundError(
+                FailureKind.TEMPORAL_UNREACHABLE, f"asking the lineage of job {inp.job_id} ({inp.resubmit_token}): {e}"
+            ) from e
 
 
 class DiscoveryActivities:

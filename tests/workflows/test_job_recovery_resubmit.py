@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from activities.slurm.submission import token_in
 from activities.temporal.discovery import TemporalJobRecoveryStarter
+from activities.temporal.rebound_workflows import lineage_workflow_id
 from tests.workflows.test_job_recovery import Harness, _actions, h, until
 from workflows.constants import JOB_ID, job_workflow_id
 from workflows.domain.discovery import StartJobRecoveryInput
@@ -88,6 +89,8 @@ async def test_cluster_watch_starts_no_second_workflow_and_a_comment_claims_noth
     starter = TemporalJobRecoveryStarter(h.client, task_queue=h.task_queue)
     joined = await starter(StartJobRecoveryInput(cluster=h.cluster, job_id=new_id, spec=spec, resubmit_token=token))
     assert joined.lineage and joined.workflow_id == owner
+    # The same lookup routes a node agent's GPU fault on the new job to the lineage's workflow.
+    assert await lineage_workflow_id(h.client, h.cluster, new_id, token, timeout_s=10) == owner
 
     # Another job of the user with the token copied into its comment belongs to nobody's lineage: it is started.
     forged = h.sched.submit(h.nodes[2:3], comment=f"rebound |rb-resubmit={token}", user_id=1000)
@@ -95,6 +98,7 @@ async def test_cluster_watch_starts_no_second_workflow_and_a_comment_claims_noth
         StartJobRecoveryInput(cluster=h.cluster, job_id=forged.job_id, spec=spec, resubmit_token=token)
     )
     assert not started.lineage and started.workflow_id == job_workflow_id(h.cluster, forged.job_id)
+    assert await lineage_workflow_id(h.client, h.cluster, forged.job_id, token, timeout_s=10) is None
     # A token naming a lineage Rebound never had claims nothing either.
     other = h.sched.submit(h.nodes[3:4], comment="rebound |rb-resubmit=999999.1.0000000000000000", user_id=1000)
     started = await starter(
