@@ -8,15 +8,16 @@ from datetime import UTC, datetime
 
 from activities.slurm.submission import token_in
 from activities.temporal.discovery import TemporalJobRecoveryStarter
-from activities.temporal.rebound_workflows import lineage_workflow_id
+from activities.temporal.rebound_workflows import lineage_workflow_id, start_job_recovery
 from tests.workflows.test_job_recovery import Harness, _actions, h, until
+from workers import jobs_cli
+from workers.settings import Settings
 from workflows.constants import JOB_ID, job_workflow_id
 from workflows.domain.discovery import StartJobRecoveryInput
-from workflows.domain.errors import FailureKind
+from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.incident import ActionKind
 from workflows.domain.recovery import JobRecoveryInput, RecoverySpec, RecoveryState
 from workflows.domain.slurm import JobState
-from workflows.job_recovery import JobRecoveryWorkflow
 
 __all__ = ["h"]  # the fixture, shared with test_job_recovery
 
@@ -74,12 +75,9 @@ async def test_cluster_watch_starts_no_second_workflow_and_a_comment_claims_noth
     old = h.sched.submit(h.nodes[:2], name="llm", requeue=False, comment="rebound", user_id=1000)
     owner = job_workflow_id(h.cluster, old.job_id)
     spec = RecoverySpec(logs=(str(h.tmp / "job-%j-*.log"),))
-    handle = await h.client.start_workflow(
-        JobRecoveryWorkflow.run,
-        JobRecoveryInput(cluster=h.cluster, job_id=old.job_id, poll_interval_s=0.1, spec=spec),
-        id=owner,
-        task_queue=h.task_queue,
-    )
+    inp = JobRecoveryInput(cluster=h.cluster, job_id=old.job_id, poll_interval_s=0.1, spec=spec)
+    handle = await start_job_recovery(h.client, inp, task_queue=h.task_queue, opted_in=True)
+    assert handle.id == owner
     await until(handle, lambda s: any(e.event == "CAPTURE" for e in s.timeline))
     _crash(h, old.job_id)
     st = await until(handle, lambda s: len(s.lineage) == 2, timeout=40)
@@ -91,6 +89,17 @@ async def test_cluster_watch_starts_no_second_workflow_and_a_comment_claims_noth
     assert joined.lineage and joined.workflow_id == owner
     # The same lookup routes a node agent's GPU fault on the new job to the lineage's workflow.
     assert await lineage_workflow_id(h.client, h.cluster, new_id, token, timeout_s=10) == owner
+    # `rebound status <new id>` finds the lineage through its ReboundJobId (visibility is eventually consistent).
+    settings = Settings(cluster_name=h.cluster)
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        try:
+            found = await jobs_cli.query_status(h.client, settings, new_id)
+            break
+        except ReboundError:
+            assert asyncio.get_running_loop().time() < deadline, "rebound status <new id> never found the lineage"
+            await asyncio.sleep(0.5)
+    assert found.lineage == (old.job_id, new_id)
 
     # Another job of the user with the token copied into its comment belongs to nobody's lineage: it is started.
     forged = h.sched.submit(h.nodes[2:3], comment=f"rebound |rb-resubmit={token}", user_id=1000)
