@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from temporalio.worker import Worker
 
+from activities.checkpoints.activities import checkpoint_quarantine, checkpoint_scan
 from activities.logs.attribution import AttributionActivities
 from activities.logs.job_logs import LogPolicy
 from activities.logs.watch import WatchActivities
@@ -86,6 +87,8 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
             submissions.capture_submission,
             submissions.resubmit_job,
             notify.notify_webhook,
+            checkpoint_scan,
+            checkpoint_quarantine,
             *discovery,
             *build_gpu_activities(settings.gpu),
             *build_audit_activities(client, settings),

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from workflows.domain.base import Frozen
+from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.fleet import IsolationDecision
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.hang import HangPolicy, HangVerdict
@@ -89,6 +90,9 @@ class RecoverySpec(Frozen):
     stragglers: StragglerAction = StragglerAction.REPORT
     restart: RestartSetting = RestartSetting.AUTO
     """Requeue, resubmit, or choose by whether Slurm lets the job be requeued (opt-in key ``restart``)."""
+    checkpoint_fallback: CheckpointFallback | None = None
+    """What to do about a partial newest checkpoint before a restart (``ckpt_fallback=``); None: the operator's
+    setting (``checkpoints.fallback``, default off), filled in when the job is discovered."""
 
 
 class DetectionPolicy(Frozen):
