@@ -135,6 +135,7 @@ class Attribution(Frozen):
 class ActionKind(StrEnum):
     DRAIN = "drain"
     REQUEUE = "requeue"
+    RESUBMIT = "resubmit"
 
 
 class ActionRecord(Frozen):
