@@ -275,6 +275,8 @@ def parse_checkpoint(line: LogLine) -> CheckpointMark | None:
 
 def _bar_start(body: str) -> int | None:
     """The count a progress bar frame shows before it counted anything, when above 0 (module docstring)."""
+    if "<?" not in body:
+        return None  # the cheap test first: most lines are no such frame
     if any(p.search(body) for p in NOT_PROGRESS):
         return None
     found = _step_match(body)
