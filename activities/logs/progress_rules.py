@@ -198,6 +198,8 @@ CHECKPOINT_RULES: tuple[CheckpointRule, ...] = (
     # torchtitan: "Finished loading the checkpoint in 61.68 seconds." after "Loading the checkpoint at step 250" or
     # "Loading the checkpoint from ./outputs/checkpoint/step-250."
     _c("finished_loading", r"\bFinished loading the checkpoint\b", detail=True),
+    # MMCV/MMEngine: "load checkpoint from local path: work_dirs/run/iter_90000.pth" (also "http path").
+    _c("mmcv_load", r"\bload checkpoint from \w+ path: " + _NAME),
     # "loading checkpoint from /ckpt", Megatron's " loading distributed checkpoint from /ckpt at iteration 1000",
     # torchtitan's "Loading the checkpoint at step 1000", DeepSpeed's "[Torch] Loading checkpoint from
     # /ckpt/global_step10/mp_rank_00_model_states.pt..."; not HF's "Loading checkpoint shards", which is

@@ -178,6 +178,13 @@ CHECKPOINTS: list[tuple[str, str, str | None, int | None]] = [
         "",
         200000,
     ),
+    # MMCV (https://github.com/open-mmlab/mmagic/issues/876)
+    (
+        "load checkpoint from local path: work_dirs/formal_basicvsr_plusplus_360new_cb/iter_90000.pth",
+        "mmcv_load",
+        "work_dirs/formal_basicvsr_plusplus_360new_cb/iter_90000.pth",
+        90000,
+    ),
     # torchtitan (its checkpoint manager's completion line)
     (
         "[rank0]:[titan] 2025-06-16 22:29:41,101 - root - INFO - Finished loading the checkpoint in 61.68 seconds.",
