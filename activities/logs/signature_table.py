@@ -228,11 +228,12 @@ ROWS: tuple[Signature, ...] = (
     # The loss printed or checked as NaN or Inf: training diverged. "loss: nan", "'loss': nan", a named term
     # ("loss_cls: nan"), "Loss is inf", Detectron2's FloatingPointError "Loss became infinite or NaN", MMCV's "loss
     # become infinite or NaN", Lightning's "The loss returned in `training_step` is nan" (or "is tensor(nan, ...)"),
-    # Composer's "Train loss contains a NaN".
+    # Composer's "Train loss contains a NaN", nanoGPT's "iter 3010: loss nan, time 1019.95ms".
     row("loss_not_finite", _C.NAN_LOSS, _K.PYTHON_EXCEPTION, _CU, 80,
          r"[Ll][Oo][Ss][Ss](?:_[A-Za-z0-9]{1,32}+){0,4}+(?![A-Za-z0-9])['\"]?(?: value| returned in `\w+`)?\s*"
          r"(?:is\s|became\s|become\s|went\s|contains\s(?:an?\s)?|=|:)\s*['\"]?(?:tensor\()?"
-         r"(?:[Nn]a[Nn]|NAN|-?[Ii]nf(?:inite|inity)?|-?INF)\b", hints=("loss",)),
+         r"(?:[Nn]a[Nn]|NAN|-?[Ii]nf(?:inite|inity)?|-?INF)\b"
+         r"|\biter \d+: loss (?:nan|-?inf), ", hints=("loss",)),
     # Writing a checkpoint failed (or the storage under it did): the job's own output, on the cluster's storage.
     row("checkpoint_io", _C.CHECKPOINT_IO_ERROR, _K.PYTHON_EXCEPTION, _CU, 80,
          r"No space left on device|Disk quota exceeded|PytorchStreamWriter failed"

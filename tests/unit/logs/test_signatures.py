@@ -370,6 +370,8 @@ SIGNATURE_CASES: list[tuple[str, str, Category, dict[str, Any]]] = [
         {},
     ),
     ("RuntimeError: Train loss contains a NaN.", "loss_not_finite", C.NAN_LOSS, {}),
+    # nanoGPT (https://github.com/karpathy/nanoGPT/issues/215)
+    ("2023-03-22 09:32:52 iter 3010: loss nan, time 1019.95ms, mfu 14.12%", "loss_not_finite", C.NAN_LOSS, {}),
     ("Epoch(train) [3][1150/5000]  loss_rpn_cls: nan  loss_rpn_bbox: 0.0412", "loss_not_finite", C.NAN_LOSS, {}),
     ("Batch 412: Invalid loss, terminating training", "nan_loss", C.NAN_LOSS, {}),
     ("Detected inf/nan during batch_number=0", "nan_loss", C.NAN_LOSS, {}),
