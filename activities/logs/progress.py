@@ -37,8 +37,9 @@ nanoGPT's ``iter 120: loss 2.31, time 123.45ms`` and the rate of a tqdm/Lightnin
 HF Trainer's loss dicts (``{'loss': 0.5, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.1}``) name no step:
 they are no step line, but they prove training ran (``ProgressFinding.trained``).
 
-Known ambiguity: a tqdm/Lightning bar (``Epoch 0: 10%|...| 120/1200``) counts batches within the epoch, so its
-``step`` goes back to 0 each epoch; compare ``(epoch, step)`` for such marks.
+Known ambiguity: a Lightning bar (``Epoch 0: 10%|...| 120/1200``) counts batches within the epoch, so its
+``step`` goes back to 0 each epoch (``StepMark.per_epoch``); compare ``(epoch, step)`` for such marks, never with a
+checkpoint's global step.
 """
 
 from __future__ import annotations
@@ -120,6 +121,9 @@ class StepMark(_Mark):
     """Seconds of this rank's own work before the gradient collective, when the line says."""
     zero_based: bool = False
     """The line numbers steps from 0 (nanoGPT's ``iter 0``, NeMo's ``global_step: 0`` is the first step trained)."""
+    per_epoch: bool = False
+    """``step`` counts batches within ``epoch`` (Lightning's bar), not steps since the start: it cannot be compared
+    with a checkpoint's global step."""
 
     @property
     def steps_done(self) -> int:
@@ -164,8 +168,8 @@ class ProgressFinding(Frozen):
     trained: TrainingMark | None = None
     """The latest line that shows training ran but names no step (HF's ``{'loss': ..., 'epoch': ...}``)."""
     trained_since_checkpoint: bool = False
-    """A ``trained`` line follows, in its file, that file's latest checkpoint line: the job trained after its
-    latest load even if it prints no step line."""
+    """A step line or a ``trained`` line follows, in its file, the latest checkpoint line: the job trained after
+    its latest load, even one that prints no step line."""
 
 
 def parse_step(line: LogLine) -> StepMark | None:
@@ -204,6 +208,7 @@ def parse_step(line: LogLine) -> StepMark | None:
         total=_count(groups.get("total")),
         epoch=_count(epoch),
         zero_based=rule.zero_based,
+        per_epoch=rule.per_epoch,
         **parse_step_times(rule.name, body)._asdict(),
     )
 

@@ -41,6 +41,8 @@ class StepRule:
     """A tqdm/Lightning progress bar frame: its count at 0, or before the bar counted anything, is no step."""
     zero_based: bool = False
     """The line prints the index of the step just trained, from 0 (module docstring)."""
+    per_epoch: bool = False
+    """The count starts again every epoch (Lightning's bar counts batches of the epoch): not a global step."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +68,8 @@ class StepTimeRule:
     """The ``STEP_RULES`` whose lines this rule reads; empty for any."""
 
 
-def _s(name: str, regex: str, *, bar: bool = False, zero_based: bool = False) -> StepRule:
-    return StepRule(name, re.compile(regex, re.IGNORECASE), bar, zero_based)
+def _s(name: str, regex: str, *, bar: bool = False, zero_based: bool = False, per_epoch: bool = False) -> StepRule:
+    return StepRule(name, re.compile(regex, re.IGNORECASE), bar, zero_based, per_epoch)
 
 
 def _c(name: str, regex: str, *, found: bool = True, detail: bool = False) -> CheckpointRule:
@@ -93,7 +95,12 @@ STEP_RULES: tuple[StepRule, ...] = (
     _s("megatron", r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)\s*\|"),
     # Lightning's bar: "Epoch 0:  10%|█         | 120/1200 [00:10<01:30, 12.00it/s, v_num=0, train_loss=0.512]"
     # (NeMo 1's too, with "reduced_train_loss=..., global_step=119.0" in its postfix).
-    _s("lightning_bar", r"\bEpoch (?P<epoch>\d+):\s*\d+%\|[^|]*\|\s*(?P<step>\d+)/(?P<total>\d+)", bar=True),
+    _s(
+        "lightning_bar",
+        r"\bEpoch (?P<epoch>\d+):\s*\d+%\|[^|]*\|\s*(?P<step>\d+)/(?P<total>\d+)",
+        bar=True,
+        per_epoch=True,
+    ),
     # A bare tqdm bar (HF Trainer's counts optimizer steps): " 10%|█         | 120/1200 [00:10<01:30, ...]"
     _s("tqdm_bar", r"^\s*\d+%\|[^|]*\|\s*(?P<step>\d+)/(?P<total>\d+)\s*\[", bar=True),
     # nanoGPT: "iter 120: loss 2.3100, time 123.45ms, mfu 30.12%", logged after iteration 120 (from 0) trained.

@@ -221,7 +221,7 @@ def test_lightning_resume_and_end() -> None:
         )
     )
     assert found is not None and found.resumed is not None and found.resumed_from is not None
-    assert (found.resumed.epoch, found.resumed.step) == (3, 1)  # the bar counts batches of epoch 3
+    assert (found.resumed.epoch, found.resumed.step, found.resumed.per_epoch) == (3, 1, True)  # batches of epoch 3
     assert (found.resumed_from.loaded, found.resumed_from.step) == ("/ckpt/epoch=2-step=3000.ckpt", 3000)
     assert found.last is not None and found.last.step == 1  # "max_steps=4000" is no step
 
