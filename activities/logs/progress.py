@@ -56,6 +56,7 @@ from activities.logs.progress_rules import (
     BAR_NOT_STARTED,
     CHECKPOINT_RULES,
     CHECKPOINT_STEP,
+    CHECKPOINT_WORDS,
     EPOCH,
     NOT_PROGRESS,
     STEP_RULES,
@@ -266,6 +267,10 @@ def parse_checkpoint(line: LogLine) -> CheckpointMark | None:
         The checkpoint mark, or None.
     """
     body = _body(line.text)
+    lowered = body.lower()
+    if not any(word in lowered for word in CHECKPOINT_WORDS):
+        start = _bar_start(body)
+        return _checkpoint_mark(line, "bar_start", "", start) if start is not None else None
     for rule in CHECKPOINT_RULES:
         m = rule.pattern.search(body)
         if m is None:

@@ -22,6 +22,7 @@ __all__ = [
     "BAR_NOT_STARTED",
     "CHECKPOINT_RULES",
     "CHECKPOINT_STEP",
+    "CHECKPOINT_WORDS",
     "EPOCH",
     "NOT_PROGRESS",
     "STEP_RULES",
@@ -217,6 +218,10 @@ CHECKPOINT_RULES: tuple[CheckpointRule, ...] = (
         r"(?:\s+(?:at step \d+|(?:from\s+|at\s+)?" + _NAME + "))?",
     ),
 )
+
+#: Every line a ``CHECKPOINT_RULES`` rule matches holds one of these (lower-cased): the cheap test before the
+#: regexes (``tests/unit/logs/test_progress.py`` checks it on every rule's example).
+CHECKPOINT_WORDS = ("checkpoint", "resum", "scratch", "metadata file", "continuing training")
 
 #: The step a checkpoint line names: "step 10", "at iteration 1000", "global_step25000", and in directory names
 #: torchtitan's "step-250", HF's "checkpoint-180", Megatron's "iter_0001000", Lightning's "epoch=2-step=3000".

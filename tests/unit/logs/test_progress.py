@@ -16,6 +16,7 @@ from activities.logs.progress import (
     parse_checkpoint,
     parse_step,
 )
+from activities.logs.progress_rules import CHECKPOINT_WORDS
 from activities.logs.tail import LogTail
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "logs"
@@ -201,6 +202,7 @@ def test_checkpoint_formats(text: str, rule: str, loaded: str | None, step: int 
     assert mark is not None
     assert (mark.rule, mark.loaded, mark.step, mark.found) == (rule, loaded, step, loaded is not None)
     assert parse_step(_line(text)) is None  # a checkpoint line is never progress
+    assert any(word in text.lower() for word in CHECKPOINT_WORDS)  # the prefilter lets it through
 
 
 def test_every_rule_is_tested() -> None:
