@@ -199,19 +199,19 @@ ROWS: tuple[Signature, ...] = (
     # --- the job's own errors, most specific first ---
     # Reading the checkpoint the job resumes from failed: a torch.save zip cut short ("failed finding central
     # directory", "unexpected EOF"), an empty file (EOFError), a pickle overwritten ("invalid load key"), a safetensors
-    # header torn, a DCP directory without its .metadata or a shard (DCP's CheckpointException, Megatron core's
-    # CheckpointingException, Megatron's "could not load the checkpoint"), HF's get_last_checkpoint picking an
-    # unfinished checkpoint-N ("Can't find a valid checkpoint at"). The checkpoint's fault, not the code's or the
-    # node's: a restart loads it again unless the job is pointed at an older complete one.
+    # header torn, a DCP directory without its .metadata or a shard, a DeepSpeed shard missing, Megatron's "could not
+    # load the checkpoint", HF's get_last_checkpoint picking an unfinished checkpoint-N ("Can't find a valid
+    # checkpoint at"). The checkpoint's fault, not the code's or the node's: a restart loads it again unless the job
+    # is pointed at an older complete one. Not DCP's CheckpointException nor Megatron core's CheckpointingException:
+    # saves raise them too; the load error they wrap (a missing .metadata, an EOF) is printed inside and read here.
     row("checkpoint_load", _C.CHECKPOINT_IO_ERROR, _K.CHECKPOINT_LOAD, _CU, 82,
          r"PytorchStreamReader failed|failed finding central directory|unexpected EOF, expected \d+ more bytes"
          r"|invalid load key|EOFError: Ran out of input|SafetensorError|Error while deserializing header"
-         r"|\bCheckpointException\b|\bCheckpointingException\b|could not load the checkpoint"
+         r"|could not load the checkpoint"
          r"|Can't find a valid checkpoint at (?P<checkpoint>[^\s'\",;]+)"
          r"|No such file or directory: '(?P<checkpoint_file>[^']*(?:/\.metadata|_states\.pt|\.distcp))'",
          hints=("pytorchstreamreader", "central directory", "unexpected eof", "invalid load key", "ran out of input",
-             "safetensor", "deserializing header", "checkpointexception", "checkpointingexception",
-             "could not load the checkpoint", "valid checkpoint at", "no such file")),
+             "safetensor", "deserializing header", "could not load the checkpoint", "valid checkpoint at", "no such file")),
     # /dev/shm exhausted: the DataLoader's shared memory, not a checkpoint.
     row("shm_exhausted", _C.BUS_ERROR, _K.KILLED, _CU, 81,
          r"DataLoader worker \(pid(?:\(s\))? [\d, ]+\) is killed by signal: Bus error|unable to write to file </torch_"

@@ -405,12 +405,6 @@ SIGNATURE_CASES: list[tuple[str, str, Category, dict[str, Any]]] = [
         {"exception": "safetensors_rust.SafetensorError"},
     ),
     (
-        "torch.distributed.checkpoint.api.CheckpointException: CheckpointException ranks:dict_keys([0, 1])",
-        "checkpoint_load",
-        C.CHECKPOINT_IO_ERROR,
-        {},
-    ),
-    (
         "FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/step-1000/.metadata'",
         "checkpoint_load",
         C.CHECKPOINT_IO_ERROR,
