@@ -211,7 +211,8 @@ ROWS: tuple[Signature, ...] = (
          r"|Can't find a valid checkpoint at (?P<checkpoint>[^\s'\",;]+)"
          r"|No such file or directory: '(?P<checkpoint_file>[^']*(?:/\.metadata|_states\.pt|\.distcp))'",
          hints=("pytorchstreamreader", "central directory", "unexpected eof", "invalid load key", "ran out of input",
-             "safetensor", "deserializing header", "could not load the checkpoint", "valid checkpoint at", "no such file")),
+             "safetensor", "deserializing header", "could not load the checkpoint", "valid checkpoint at",
+             "no such file")),
     # /dev/shm exhausted: the DataLoader's shared memory, not a checkpoint.
     row("shm_exhausted", _C.BUS_ERROR, _K.KILLED, _CU, 81,
          r"DataLoader worker \(pid(?:\(s\))? [\d, ]+\) is killed by signal: Bus error|unable to write to file </torch_"
