@@ -53,8 +53,9 @@ class CheckpointRule:
     found: bool
     """False for lines saying there was no checkpoint to load."""
     detail: bool = False
-    """The line completes or details the file's latest load line (HF's "Continuing training from global step N",
-    torchtitan's "Finished loading the checkpoint"): it fills in that line's step instead of naming a load."""
+    """The line completes or details the file's pending load line (HF's "Continuing training from global step N",
+    torchtitan's "Finished loading the checkpoint"): it fills in that line's step instead of naming a load. Without
+    a pending load it stands for itself (found or not, as ``found`` says)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +200,10 @@ CHECKPOINT_RULES: tuple[CheckpointRule, ...] = (
     # HF Trainer: "Loading model from out/checkpoint-180." (its resume; only a checkpoint-N directory, since
     # other tools print the same words for pretrained weights).
     _c("hf_loading_model", r"\bLoading model from\s+['\"]?(?P<name>[^\s'\",;]*checkpoint-\d+[^\s'\",;]*)"),
+    # HF Trainer's banner "***** Running training *****", printed after it loaded the checkpoint it resumes from
+    # ("Loading model from ...") and before its "Continuing training ..." lines: alone, the attempt starts from
+    # scratch; after a load line it only confirms it.
+    _c("hf_running_training", r"\*{5} Running training \*{5}", found=False, detail=True),
     # HF Trainer: "Continuing training from checkpoint, will skip to saved global_step", then
     # "Continuing training from global step 180".
     _c("hf_continue", r"\bContinuing training from checkpoint\b", detail=True),
@@ -221,7 +226,7 @@ CHECKPOINT_RULES: tuple[CheckpointRule, ...] = (
 
 #: Every line a ``CHECKPOINT_RULES`` rule matches holds one of these (lower-cased): the cheap test before the
 #: regexes (``tests/unit/logs/test_progress.py`` checks it on every rule's example).
-CHECKPOINT_WORDS = ("checkpoint", "resum", "scratch", "metadata file", "continuing training")
+CHECKPOINT_WORDS = ("checkpoint", "resum", "scratch", "metadata file", "continuing training", "running training")
 
 #: The step a checkpoint line names: "step 10", "at iteration 1000", "global_step25000", and in directory names
 #: torchtitan's "step-250", HF's "checkpoint-180", Megatron's "iter_0001000", Lightning's "epoch=2-step=3000".

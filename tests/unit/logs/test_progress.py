@@ -186,6 +186,13 @@ CHECKPOINTS: list[tuple[str, str, str | None, int | None]] = [
         "work_dirs/formal_basicvsr_plusplus_360new_cb/iter_90000.pth",
         90000,
     ),
+    # HF Trainer's banner (https://github.com/deepspeedai/DeepSpeed/issues/3938 shows HF's "[INFO|...] >>" prefix)
+    (
+        "[INFO|trainer.py:1686] 2023-07-25 00:30:11,111 >> ***** Running training *****",
+        "hf_running_training",
+        None,
+        None,
+    ),
     # torchtitan (its checkpoint manager's completion line)
     (
         "[rank0]:[titan] 2025-06-16 22:29:41,101 - root - INFO - Finished loading the checkpoint in 61.68 seconds.",

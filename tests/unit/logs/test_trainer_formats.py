@@ -79,6 +79,19 @@ def test_hf_trainer_resume_through_the_tail(tmp_path: Path) -> None:
     assert found.trained is not None and found.trained.epoch == 0.03 and found.trained_since_checkpoint
 
 
+def test_hf_trainer_fresh_start_is_a_start_from_scratch() -> None:
+    found = find_progress(
+        _lines(
+            "[INFO|trainer.py:1686] 2024-03-01 10:12:06,000 >> ***** Running training *****",
+            "[INFO|trainer.py:1687] 2024-03-01 10:12:06,000 >>   Num examples = 1,000",
+            "  0%|          | 0/100000 [00:00<?, ?it/s]",
+            "  0%|          | 1/100000 [00:01<27:46:39,  1.00s/it]",
+        )
+    )
+    assert found is not None and found.resumed is not None and found.resumed_from is not None
+    assert not found.resumed_from.found and found.resumed.steps_done == 1
+
+
 def test_hf_loss_dicts_prove_training_without_naming_a_step() -> None:
     # https://github.com/huggingface/sentence-transformers/issues/3756 (newer versions quote the numbers)
     for text in (
