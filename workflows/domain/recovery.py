@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from workflows.domain.base import Frozen
+from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.fleet import IsolationDecision
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.hang import HangPolicy, HangVerdict
@@ -72,6 +73,9 @@ class RecoverySpec(Frozen):
     heartbeat: tuple[str, ...] = ()
     """Glob patterns of files the ranks touch while alive (``%j`` = job id): a fresh mtime counts as progress."""
     stragglers: StragglerAction = StragglerAction.REPORT
+    checkpoint_fallback: CheckpointFallback | None = None
+    """What to do about a partial newest checkpoint before a restart (``ckpt_fallback=``); None: the operator's
+    setting (``checkpoints.fallback``, default off), filled in when the job is discovered."""
 
 
 class DetectionPolicy(Frozen):
@@ -169,6 +173,9 @@ class JobRecoveryState(Frozen):
     """Hand-over from one incident to the next: the restarted job failed again before it trained."""
     last_job: SlurmJob | None = None
     """The job as the last incident left it (verification's observation)."""
+    excluded_nodes: tuple[str, ...] = ()
+    """The job's standing exclusion: nodes it suspects (excluded, not drained), kept out of every later placement
+    (bounded by the Fleet: ``workflows.policy.fleet.suspicion.MAX_JOB_EXCLUSIONS``)."""
     pending_notes: tuple[Notification, ...] = ()
     """Notifications decided in synchronous code (the end of the run), sent before the run returns."""
 

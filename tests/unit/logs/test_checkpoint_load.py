@@ -89,6 +89,7 @@ def test_attribution_blames_the_checkpoint_not_the_code_or_a_node() -> None:
     assert not verdict.retryable  # as it stands a restart loads it again; policy may say otherwise
     assert "/ckpt/run4/last.ckpt" in verdict.explanation
     assert [f.kind for f in deciding_findings(facts)] == [FindingKind.CHECKPOINT_LOAD]
+    assert verdict.action == "nothing"  # the action ladder: no node to exclude or drain
 
 
 def test_a_gpu_error_still_comes_first() -> None:
