@@ -45,6 +45,7 @@ from activities.logs.progress import parse_checkpoint
 from activities.logs.signature_fields import Fields, extract
 from activities.logs.signature_types import Category, Prepared, Role, Signature, SignatureMatch
 from activities.logs.signatures import SIGNATURES, match, prepare
+from activities.logs.terminal import strip_terminal_codes
 from workflows.domain.base import Frozen
 from workflows.domain.findings import FindingKind
 from workflows.domain.incident import Evidence, EvidenceSource, FailureClass, LogFinding
@@ -214,7 +215,7 @@ def crash_findings(line: LogLine, read: LineRead) -> list[CrashFinding]:
         failure_class=failure_class,
         role=hit.role,
         culprit=hit.role is Role.CULPRIT,
-        text=_clip(line.text.strip()),
+        text=_clip(strip_terminal_codes(line.text).strip()),  # evidence shows the line, not its colours
         path=line.path,
         offset=line.offset,
         rank=f.rank,

@@ -52,7 +52,6 @@ from typing import NamedTuple
 
 from activities.logs.line import LogLine, split_prefix
 from activities.logs.progress_rules import (
-    ANSI_ESCAPE,
     BAR_NOT_STARTED,
     CHECKPOINT_RULES,
     CHECKPOINT_STEP,
@@ -66,6 +65,7 @@ from activities.logs.progress_rules import (
     StepRule,
     StepTimeRule,
 )
+from activities.logs.terminal import strip_terminal_codes
 from workflows.domain.base import Frozen
 
 __all__ = [
@@ -417,11 +417,9 @@ def _count(digits: str | None) -> int | None:
 
 def _body(text: str) -> str:
     """The line without its prefixes and terminal escape codes."""
-    if "\x1b" in text:
-        text = ANSI_ESCAPE.sub("", text)
-    return split_prefix(text, parse_time=False).body
+    return split_prefix(strip_terminal_codes(text), parse_time=False).body
 
 
 def _clip(text: str) -> str:
-    text = text.strip()
+    text = strip_terminal_codes(text).strip()
     return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 1] + "…"

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
-    "ANSI_ESCAPE",
     "BAR_NOT_STARTED",
     "CHECKPOINT_RULES",
     "CHECKPOINT_STEP",
@@ -77,10 +76,6 @@ def _s(name: str, regex: str, *, bar: bool = False, zero_based: bool = False, pe
 def _c(name: str, regex: str, *, found: bool = True, detail: bool = False) -> CheckpointRule:
     return CheckpointRule(name, re.compile(regex, re.IGNORECASE), found, detail)
 
-
-#: Terminal colour and cursor codes: torchtitan colours its step line (``\x1b[31mstep: 10  \x1b[32mloss: ...``),
-#: tqdm moves the cursor between stacked bars (``\x1b[A``). They hide the words and numbers the rules read.
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b[=>78]")
 
 # ``\s*(?:[:=]\s*)?``, never ``\s*[:=]?\s*``: two adjacent ``\s*`` backtrack quadratically over a run of
 # blanks (16k blanks took 1.8 s, measured; a 1 MiB line would take hours).

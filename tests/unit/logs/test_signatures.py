@@ -893,3 +893,48 @@ def test_regexes_are_fast_on_long_junk() -> None:
     match(prep.body)
     assert time.perf_counter() - started < 2.0
     assert all(isinstance(s.pattern, re.Pattern) for s in SIGNATURES)
+
+
+# Coloured error lines as loggers that think they write to a terminal leave them in the file Slurm writes. loguru's
+# colorized format (loguru issues #26, #301: green time, level in its colour, cyan name:function:line, the message in
+# the level's colour; ERROR is red + bold), rich's traceback (the exception type in bold red, numbers in the message
+# highlighted in bold cyan), a C++ logger's 256-colour level (flexi_logger issue #33: ``\x1b[1;38;5;196mERROR``).
+_GREEN, _CYAN, _RED, _BOLD, _RESET = "\x1b[32m", "\x1b[36m", "\x1b[31m", "\x1b[1m", "\x1b[0m"
+COLOURED_CASES = [
+    (
+        f"3: {_GREEN}2024-05-01 10:00:00.103{_RESET} | {_RED}{_BOLD}ERROR   {_RESET} | {_CYAN}__main__{_RESET}:"
+        f"{_CYAN}train{_RESET}:{_CYAN}42{_RESET} - {_RED}{_BOLD}torch.OutOfMemoryError: CUDA out of memory. Tried to "
+        f"allocate 2.00 GiB. GPU 2 has a total capacity of 79.15 GiB{_RESET}",
+        "cuda_oom",
+        3,
+    ),
+    (
+        "[rank5]: \x1b[1;31mtorch.AcceleratorError: \x1b[0mCUDA error: an illegal memory access was encountered",
+        "cuda_illegal_address",
+        5,
+    ),
+    (
+        "\x1b[1;31mtorch.distributed.DistBackendError: \x1b[0mNCCL error in: ../torch/csrc/distributed/c10d/"
+        "NCCLUtils.hpp:\x1b[1;36m275\x1b[0m, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL "
+        "version \x1b[1;36m2.20.5\x1b[0m",
+        "nccl_system_error",
+        None,
+    ),
+    (
+        "\x1b[1;38;5;196mERROR\x1b[0m [trainer] \x1b[1;38;5;196mRuntimeError: CUDA error: misaligned address\x1b[0m",
+        "cuda_illegal_address",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "row", "rank"), COLOURED_CASES, ids=[c[1] for c in COLOURED_CASES])
+def test_coloured_lines_match_as_their_plain_text(text: str, row: str, rank: int | None) -> None:
+    prep = prepare(text)
+    assert "\x1b" not in prep.body
+    hit = match(prep.body)
+    assert hit is not None and hit.signature.id == row, text
+    assert prep.rank == rank
+    # The same line without colours reads the same: colours change nothing.
+    plain = prepare(re.sub(r"\x1b\[[0-9;]*m", "", text))
+    assert (plain.body, plain.rank) == (prep.body, prep.rank)
