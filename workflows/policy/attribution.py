@@ -13,7 +13,9 @@ Rules, strongest first (the first that applies decides; the rest of the evidence
    consequence, so this rule comes before rule 6.
 6. A Python exception from training code (not a communication or CUDA error), a CUDA out-of-memory or device
    assert, or a rank killed for its own excess memory: the user's own bug. No node is implicated and no restart
-   can help. The same exception on ranks of different nodes makes it certain.
+   can help. The same exception on ranks of different nodes makes it certain. An exception its rank prints after
+   a fatal signal (a bus error, a segfault, an abort, a DataLoader worker's SIGBUS) is that signal's symptom, not
+   the code's bug: rule 7 decides on the signal.
 7. A rank that died on its own (non-zero exit, segfault, killed): the node of the first failing rank, with
    modest confidence. Peers that only report a broken connection are victims, never culprits.
 8. A hang (no rank made progress for the job's window): the rank that stopped first and the ranks whose stacks
@@ -240,7 +242,8 @@ def _log_rule(facts: AttributionFacts, ordered: list[LogFinding]) -> _LogRule | 
     user = [
         f
         for f in ordered
-        if f.kind in USER_KINDS or (f.kind in GPU_KINDS | {FindingKind.KILLED} and f.failure_class is FailureClass.USER)
+        if (f.kind in USER_KINDS and not _symptom_of_a_fatal_signal(f, ordered))
+        or (f.kind in GPU_KINDS | {FindingKind.KILLED} and f.failure_class is FailureClass.USER)
     ]
     if user:
         return _LogRule(_Rule.USER, user)
@@ -253,6 +256,27 @@ def _log_rule(facts: AttributionFacts, ordered: list[LogFinding]) -> _LogRule | 
         if f.culprit and f.kind not in GPU_KINDS | USER_KINDS and not (f.kind in EXIT_KINDS and f.rank in lost_peer)
     ]
     return _LogRule(_Rule.CULPRIT, culprits) if culprits else None
+
+
+def _fatal_signal(f: LogFinding) -> bool:
+    """A rank's process reports that a signal stopped it: a segfault or bus error, an abort, or a DataLoader worker
+    killed by SIGBUS because ``/dev/shm`` is full (a kill the row files as infrastructure, never the job's own OOM)."""
+    return f.culprit and (
+        f.kind in (FindingKind.SEGFAULT, FindingKind.FATAL_SIGNAL)
+        or (f.kind is FindingKind.KILLED and f.failure_class is FailureClass.INFRASTRUCTURE)
+    )
+
+
+def _symptom_of_a_fatal_signal(exception: LogFinding, ordered: list[LogFinding]) -> bool:
+    """``exception`` came after a fatal signal on the same rank (both rank-less: the same output), so it is what the
+    signal left behind (a half-written file, an interrupted call, PIL's fallback printed as the worker died), not the
+    cause. An exception before the signal stays the cause: a rank that raised and then crashed on its way out."""
+    for f in ordered:
+        if f is exception:
+            return False
+        if f.rank == exception.rank and _fatal_signal(f):
+            return True
+    return False
 
 
 def _from_log_rule(rule: _LogRule, facts: AttributionFacts, ordered: list[LogFinding]) -> Attribution:
