@@ -190,8 +190,20 @@ CHECKPOINT_RULES: tuple[CheckpointRule, ...] = (
     # Megatron: "successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 1000";
     # DeepSpeed: "[Torch] Loaded checkpoint from /ckpt/global_step10/zero_pp_rank_0_mp_rank_00_optim_states.pt."
     _c("loaded", r"\b(?:successfully )?loaded (?:the )?checkpoint(?: from)?(?:\s+" + _NAME + ")?"),
-    # Lightning: "Restoring states from the checkpoint path at /ckpt/epoch=0-step=100.ckpt"
-    _c("lightning_restore", r"\bRestor(?:ing|ed) (?:all )?states from the checkpoint (?:path )?at\s+" + _NAME),
+    # Lightning: "Restoring states from the checkpoint path at /ckpt/epoch=0-step=100.ckpt" (1.6+; 1.4-1.5 said
+    # "checkpoint file at"), then "Restored all states from the checkpoint at ..." ("checkpoint file at" before 2.0).
+    _c("lightning_restore", r"\bRestor(?:ing|ed) (?:all )?states from the checkpoint (?:path |file )?at\s+" + _NAME),
+    # Lightning's model summary, printed once per fit by its ModelSummary callback (on by default), on rank 0 only:
+    # "  | Name  | Type   | Params | Mode", or RichModelSummary's "┃   ┃ Name ┃ Type ┃ Params ┃ Mode ┃". The trainer
+    # logs its restore line (above) before the first step in either order: before the summary by default, after
+    # it for strategies that restore once set up (DeepSpeed, FSDP). A summary with no restore line before the
+    # first step is therefore a start from scratch; after a restore line it only confirms it (like HF's banner).
+    _c(
+        "lightning_summary",
+        r"^\s*[|\u2503](?:\s+[|\u2503])?\s+Name\s+[|\u2503]\s+Type\s+[|\u2503]\s+Params\b",
+        found=False,
+        detail=True,
+    ),
     # HF Trainer: "Loading model from out/checkpoint-180." (its resume; only a checkpoint-N directory, since
     # other tools print the same words for pretrained weights).
     _c("hf_loading_model", r"\bLoading model from\s+['\"]?(?P<name>[^\s'\",;]*checkpoint-\d+[^\s'\",;]*)"),
@@ -221,7 +233,15 @@ CHECKPOINT_RULES: tuple[CheckpointRule, ...] = (
 
 #: Every line a ``CHECKPOINT_RULES`` rule matches holds one of these (lower-cased): the cheap test before the
 #: regexes (``tests/unit/logs/test_progress.py`` checks it on every rule's example).
-CHECKPOINT_WORDS = ("checkpoint", "resum", "scratch", "metadata file", "continuing training", "running training")
+CHECKPOINT_WORDS = (
+    "checkpoint",
+    "resum",
+    "scratch",
+    "metadata file",
+    "continuing training",
+    "running training",
+    "params",
+)
 
 #: The step a checkpoint line names: "step 10", "at iteration 1000", "global_step25000", and in directory names
 #: torchtitan's "step-250", HF's "checkpoint-180", Megatron's "iter_0001000", Lightning's "epoch=2-step=3000".

@@ -150,6 +150,18 @@ CHECKPOINTS: list[tuple[str, str, str | None, int | None]] = [
         "/ckpt/epoch=2-step=3000.ckpt",
         3000,
     ),
+    # Lightning 1.x (https://github.com/nicolai256/Stable-textual-inversion_win/issues/12)
+    (
+        "Restored all states from the checkpoint file at /content/logs/checkpoints/last.ckpt",
+        "lightning_restore",
+        "/content/logs/checkpoints/last.ckpt",
+        None,
+    ),
+    # Lightning's model summary header (https://github.com/john852517791/pytorch_lightning_FAD/issues/7) and
+    # RichModelSummary's (https://github.com/NVIDIA-BioNeMo/bionemo-recipes/pull/740)
+    (" | Name           | Type             | Params | Mode ", "lightning_summary", None, None),
+    ("  | Name              | Type               | Params", "lightning_summary", None, None),
+    ("┃   ┃ Name                   ┃ Type                   ┃ Params ┃ Mode  ┃", "lightning_summary", None, None),
     ("  Continuing training from checkpoint, will skip to saved global_step", "hf_continue", "", None),
     (" loading checkpoint from /ckpt/gpt at iteration 1000", "loading", "/ckpt/gpt", 1000),
     ("Loading the checkpoint at step 1000.", "loading", "", 1000),

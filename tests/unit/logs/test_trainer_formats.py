@@ -252,3 +252,49 @@ def test_deepspeed_resume() -> None:
     )
     assert found is not None and found.resumed is not None and found.resumed_from is not None
     assert (found.resumed.step, found.resumed_from.step) == (25010, 25000)
+
+
+# Lightning's summary table as its ModelSummary callback prints it (wordings from
+# https://github.com/john852517791/pytorch_lightning_FAD/issues/7 and nicolai256/Stable-textual-inversion_win#12).
+_LIGHTNING_SUMMARY = (
+    "  | Name           | Type             | Params | Mode ",
+    "------------------------------------------------------------",
+    "0 | model          | Model            | 341 M  | train",
+    "1 | loss_criterion | CrossEntropyLoss | 0      | train",
+    "------------------------------------------------------------",
+    "25.9 M    Trainable params",
+    "315 M     Non-trainable params",
+    "341 M     Total params",
+    "1,365.436 Total estimated model params size (MB)",
+)
+_LIGHTNING_STEPS = (
+    "Epoch 0:   0%|          | 0/1000 [00:00<?, ?it/s]",
+    "Epoch 0:   0%|          | 1/1000 [00:00<09:59,  1.67it/s, v_num=0, train_loss=2.31]",
+)
+
+
+def test_lightning_fresh_start_is_a_start_from_scratch() -> None:
+    # No ckpt_path: no restore line, only the summary before the first step.
+    found = find_progress(_lines(*_LIGHTNING_SUMMARY, *_LIGHTNING_STEPS))
+    assert found is not None and found.resumed is not None and found.resumed_from is not None
+    assert not found.resumed_from.found and found.resumed_from.rule == "lightning_summary"
+    assert (found.resumed.epoch, found.resumed.step) == (0, 1)
+    # Without a TTY Lightning draws no bar: the summary alone still says this attempt loaded nothing.
+    quiet = find_progress(_lines(*_LIGHTNING_SUMMARY))
+    assert quiet is not None and quiet.checkpoint is not None and not quiet.checkpoint.found
+    assert quiet.resumed is None
+
+
+def test_lightning_restore_before_or_after_the_summary_is_a_resume() -> None:
+    restoring = "Restoring states from the checkpoint path at /ckpt/epoch=2-step=3000.ckpt"
+    restored = "Restored all states from the checkpoint at /ckpt/epoch=2-step=3000.ckpt"
+    # DDP (the default): restore, summary, restored; DeepSpeed/FSDP restore once set up: summary first.
+    for order in (
+        (restoring, *_LIGHTNING_SUMMARY, restored),
+        (*_LIGHTNING_SUMMARY, restoring, restored),
+        (*_LIGHTNING_SUMMARY, restored),  # Lightning 1.x showed only its "Restored all states" line
+    ):
+        found = find_progress(_lines(*order, *_LIGHTNING_STEPS))
+        assert found is not None and found.resumed_from is not None, order
+        assert found.resumed_from.found and found.resumed_from.loaded == "/ckpt/epoch=2-step=3000.ckpt", order
+        assert found.checkpoint is not None and found.checkpoint.found, order
