@@ -204,20 +204,14 @@ class LogTail:
         remaining = _limit("max_bytes_per_call", max_bytes_per_call)
         lines_left = _limit("max_lines_per_call", max_lines_per_call)
         per_file = min(per_file, remaining)
-        matches, refused = self._matches()
+        offsets = self.anchor(offsets)
         since = _since(offsets)
-        anchoring = False
-        if self._attempt_start is not None and since is None and not positions(offsets):
-            # The attempt is first seen: what the files hold now is not its news (module docstring).
-            anchoring, since = True, self._attempt_start
-            offsets = {**offsets, _SINCE: int(since.timestamp())}
+        matches, refused = self._matches()
         todo: list[tuple[bool, int, str, LogPattern, os.stat_result]] = []
         files: set[tuple[int, int]] = set()
         for path, pattern in sorted(matches.items()):
             try:
                 info = self._inspect(path)
-                if anchoring and since is not None and path not in offsets:
-                    offsets = {**offsets, **self._start_at(path, info, since)}
             except _Skip as skip:
                 if skip.reason:
                     refused[path] = skip.reason
@@ -266,6 +260,22 @@ class LogTail:
             new_offsets[_WAIT_PREFIX + path] = 1
         self._refused = refused
         return lines, new_offsets
+
+    def anchor(self, offsets: Mapping[str, int]) -> Offsets:
+        """``offsets`` anchored to the attempt (module docstring), no line read; ``read_new`` starts with it.
+
+        JobRecovery records this before its first watch of a job, so a watch cancelled before it returned (a node
+        agent's GPU signal) loses no anchor. Offsets already anchored, and a tail without ``attempt_start``, come
+        back unchanged (a copy).
+        """
+        if self._attempt_start is None or _since(offsets) is not None or positions(offsets):
+            return dict(offsets)
+        anchored: Offsets = {**offsets, _SINCE: int(self._attempt_start.timestamp())}
+        matches, self._refused = self._matches()
+        for path in sorted(matches):
+            with contextlib.suppress(_Skip):  # read_new reports it (its own look at the file)
+                anchored.update(self._start_at(path, self._inspect(path), self._attempt_start))
+        return anchored
 
     def _matches(self) -> tuple[dict[str, LogPattern], dict[str, str]]:
         found: dict[str, LogPattern] = {}
