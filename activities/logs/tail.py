@@ -58,7 +58,7 @@ from activities.logs.birth import birth_time
 from activities.logs.chunk import Chunk, read_chunk
 from activities.logs.globbing import GlobBudget, bounded_glob
 from activities.logs.line import LogLine, decode_line, split_prefix
-from activities.logs.patterns import LogPattern
+from activities.logs.patterns import FileIdentity, LogPattern, superseded
 
 __all__ = [
     "CLOCK_SKEW",
@@ -121,19 +121,27 @@ class LogTail:
         attempt_start: When the watched attempt of the job started (or, for a pending job, when Rebound first
             saw it): offsets not anchored yet are anchored to it (module docstring). None reads every file from 0
             and keeps every line (``rebound diagnose`` reads whole files).
+        hosts: The job's nodes: a torchrun per-worker file in a directory named after one is that node's
+            (``activities.logs.patterns``).
 
     Raises:
         TypeError: ``patterns`` is a single string, or holds something that is not a string.
     """
 
     def __init__(
-        self, patterns: Iterable[str], access: LogAccess | None = None, *, attempt_start: datetime | None = None
+        self,
+        patterns: Iterable[str],
+        access: LogAccess | None = None,
+        *,
+        attempt_start: datetime | None = None,
+        hosts: Iterable[str] = (),
     ) -> None:
         if isinstance(patterns, str | bytes):
             raise TypeError("patterns must be a collection of glob patterns, not a single string")
         self._patterns = tuple(LogPattern(p) for p in patterns)
         self._access = access
         self._attempt_start = attempt_start
+        self._hosts = frozenset(hosts)
         self._refused: dict[str, str] = {}
 
     @property
@@ -156,17 +164,17 @@ class LogTail:
         matches, self._refused = self._matches()
         return sorted(matches)
 
-    def identities(self) -> dict[str, tuple[int | None, str | None]]:
-        """Every matching file the access policy allows, with the (rank, node) its name says (``%t``, ``%N``, or
-        a ``rank-N`` in the name); nothing is opened. Refusals are in ``refused``."""
+    def identities(self) -> dict[str, FileIdentity]:
+        """Every matching file the access policy allows, with the rank, node and local rank its path says (``%t``,
+        ``%N``, a ``rank-N`` in the name, torchrun's layout); nothing is opened. Refusals are in ``refused``."""
         matches, self._refused = self._matches()
-        out: dict[str, tuple[int | None, str | None]] = {}
+        out: dict[str, FileIdentity] = {}
         for path, pattern in sorted(matches.items()):
             reason = self._access.check_path(path) if self._access is not None else None
             if reason is not None:
                 self._refused[path] = reason
                 continue
-            out[path] = pattern.identity(path)
+            out[path] = pattern.identity(path, self._hosts)
         return out
 
     def read_new(
@@ -245,7 +253,7 @@ class LogTail:
         lines: list[LogLine] = []
         for path in sorted(chunks):
             pattern, chunk = chunks[path]
-            rank, node = pattern.identity(path)
+            rank, node, _ = pattern.identity(path, self._hosts)
             for line_offset, raw in chunk.lines:
                 line = decode_line(path, rank, node, line_offset, raw)
                 if since is None or not predates(line, since):
@@ -295,6 +303,8 @@ class LogTail:
                 found.setdefault(path, pattern)  # the first pattern that names a file says what it is
             if budget.exhausted:
                 refused[pattern.source] = budget.exhausted
+        for path in superseded(found):
+            del found[path]  # an older torchrun attempt's files: not refused, just not this attempt's
         return found, refused
 
     def _inspect(self, path: str) -> os.stat_result:
