@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from temporalio.client import WorkflowHandle
+import pytest
+from temporalio import activity, workflow
+from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from tests.workflows.test_job_recovery import Harness, h, until
 from workflows.domain.gpu import GpuEvent, GpuEventKind
@@ -61,3 +65,50 @@ async def test_a_first_watch_cancelled_by_a_gpu_signal_keeps_its_anchor(h: Harne
     assert "illegal memory access" not in texts  # the old run's line: never
     assert attribution.implicated_ranks == (3,)
     await handle.terminate()
+
+
+@activity.defn(name="test_heartbeats_offsets")
+async def _heartbeats_offsets() -> None:
+    while True:
+        activity.heartbeat({"offsets": {"/runs/x.log": 7}})
+        await asyncio.sleep(0.1)
+
+
+@workflow.defn(name="TestCancelsAHeartbeatingActivity", sandboxed=False)
+class _CancelsAHeartbeatingActivity:
+    @workflow.run
+    async def run(self, wait: bool) -> str:
+        handle = workflow.start_activity(
+            _heartbeats_offsets,
+            start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=2),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+            if wait
+            else workflow.ActivityCancellationType.TRY_CANCEL,
+        )
+        await workflow.sleep(1)
+        handle.cancel()
+        try:
+            await handle
+        except ActivityError as e:
+            assert isinstance(e.cause, CancelledError)
+            return repr(e.cause.details)
+        return "completed"
+
+
+@pytest.mark.parametrize("wait", [False, True])
+async def test_the_sdk_hands_a_workflow_no_details_of_a_cancelled_activity(
+    temporal_client: Client, task_queue: str, wait: bool
+) -> None:
+    # The premise of anchoring before the watch (module docstring): temporalio 1.35 drops the heartbeat details.
+    async with Worker(
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[_CancelsAHeartbeatingActivity],
+        activities=[_heartbeats_offsets],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        details = await temporal_client.execute_workflow(
+            _CancelsAHeartbeatingActivity.run, wait, id=f"test-cancel-{uuid.uuid4().hex}", task_queue=task_queue
+        )
+    assert details == "()"
