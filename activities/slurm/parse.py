@@ -35,6 +35,7 @@ from activities.slurm.errors import bad_response, raise_for_api_errors
 from activities.slurm.hostlist import HostlistError, expand
 from workflows.domain.errors import ReboundError
 from workflows.domain.slurm import JobState, NodeBaseState, SlurmJob, SlurmNode
+from workflows.domain.submission import SubmissionOptions, SubmittedJob
 
 __all__ = [
     "decode_exit_status",
@@ -47,6 +48,7 @@ __all__ = [
     "parse_jobs",
     "parse_node",
     "parse_nodes",
+    "parse_submission",
 ]
 
 # Slurm's NO_VAL (0xfffffffe) and INFINITE (0xffffffff) are "no time", not dates in 2106.
@@ -163,6 +165,49 @@ def parse_job(item: object, *, source: str = "squeue --json") -> SlurmJob:
         array_task_id=array_task_id,
         het_job_id=het_job_id,
         het_job_offset=f.number("het_job_offset") if het_job_id else None,
+    )
+
+
+def parse_submission(item: object, *, source: str = "squeue --json") -> SubmittedJob:
+    """The submission options of one entry of ``jobs``, as ``sbatch`` would take them again (ADR 014).
+
+    Output patterns are kept as submitted (``%j`` stays: the new job fills in its own id).
+
+    Raises:
+        ReboundError: ``SCHEDULER_BAD_RESPONSE`` as for ``parse_job``, and for a job without owner or directory.
+    """
+    f = _Fields(item, source, "job")
+    job_id = f.number("job_id")
+    uid, gid, cwd = _uid(f.number("user_id")), _uid(f.number("group_id")), f.text("current_working_directory")
+    if job_id is None or uid is None or gid is None or not cwd:
+        raise _bad(source, f"job {job_id}: no owner (user_id/group_id) or working directory to resubmit it with")
+
+    def count(key: str) -> int:
+        value = f.number(key)
+        return value if value is not None and 0 < value < _NO_TIME else 0
+
+    gres = ",".join(g.removeprefix("gres:") for g in f.text("tres_per_node").split(",") if g)
+    options = SubmissionOptions(
+        name=f.text("name"),
+        partition=f.text("partition"),
+        nodes=count("node_count"),
+        ntasks=count("tasks"),
+        ntasks_per_node=count("tasks_per_node"),
+        cpus_per_task=count("cpus_per_task"),
+        gres=gres,
+        time_limit_min=count("time_limit"),
+        mem_per_node_mb=count("memory_per_node"),
+        mem_per_cpu_mb=count("memory_per_cpu"),
+        output=f.text("standard_output"),
+        error=f.text("standard_error"),
+        comment=f.text("comment"),
+        account=f.text("account"),
+        qos=f.text("qos"),
+        excluded_nodes=f.hostlist("excluded_nodes"),
+        requeue=f.flag("requeue"),
+    )
+    return SubmittedJob(
+        job_id=job_id, user=f.text("user_name"), user_id=uid, group_id=gid, working_directory=cwd, options=options
     )
 
 
