@@ -79,6 +79,7 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
         workflows=WORKFLOWS,
         activities=[
             slurm.observe_job,
+            watch.anchor,
             watch.watch,
             watch.wait_resume,
             attribution.attribute_failure,

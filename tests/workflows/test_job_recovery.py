@@ -73,6 +73,7 @@ class Harness:
             workflows=[JobRecoveryWorkflow, FleetWorkflow],
             activities=[
                 slurm.observe_job,
+                watch.anchor,
                 watch.watch,
                 watch.wait_resume,
                 attribution.attribute_failure,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.logs.watch import WatchActivities
@@ -17,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.domain.loop import (
         JobWatchInput,
         JobWatchResult,
+        LogAnchorInput,
         RequeueInput,
         RequeueResult,
         WaitResumeInput,
@@ -30,10 +32,19 @@ with workflow.unsafe.imports_passed_through():
         ResubmitInput,
         ResubmitOutcome,
     )
-    from workflows.options import CLUSTER_ACTION, JOB_WATCH, SCHEDULER_READ, WAIT_RESUME
+    from workflows.options import CLUSTER_ACTION, JOB_WATCH, LOG_ANCHOR, SCHEDULER_READ, WAIT_RESUME
     from workflows.policy.recovery import hang_policy
 
-__all__ = ["capture_submission", "observe_job", "requeue", "resubmit", "start_watch", "wait_resume", "watch_input"]
+__all__ = [
+    "anchor_logs",
+    "capture_submission",
+    "observe_job",
+    "requeue",
+    "resubmit",
+    "start_watch",
+    "wait_resume",
+    "watch_input",
+]
 
 
 async def observe_job(job_id: int) -> SlurmJob | None:
@@ -45,6 +56,21 @@ async def observe_job(job_id: int) -> SlurmJob | None:
         **SCHEDULER_READ,
     )
     return first.job
+
+
+async def anchor_logs(inp: JobRecoveryInput, job: SlurmJob) -> dict[str, int] | None:
+    """The job's log offsets anchored to its current attempt (``WatchActivities.anchor``); None when the files
+    could not be looked at (the watch then anchors them itself, as before)."""
+    try:
+        offsets: dict[str, int] = await workflow.execute_activity_method(
+            WatchActivities.anchor,
+            LogAnchorInput(job_id=inp.job_id, log_patterns=inp.spec.logs, job=job),
+            summary=f"Note where job {inp.job_id}'s log files end now",
+            **LOG_ANCHOR,
+        )
+    except ActivityError:
+        return None
+    return offsets
 
 
 def watch_input(inp: JobRecoveryInput, state: JobRecoveryState, job: SlurmJob) -> JobWatchInput:

@@ -59,6 +59,9 @@ with workflow.unsafe.imports_passed_through():
         unknown_job,
     )
 
+#: Patch id (docs/adr/012): anchor the log offsets before the first watch (``scheduler.anchor_logs``).
+ANCHOR_LOGS_PATCH = "11-anchor-logs-before-first-watch"
+
 #: What the watch hands over: the job as last seen, the anomaly (None: only a change), the log findings with it.
 Watched = tuple[SlurmJob, Anomaly | None, tuple[LogFinding, ...]]
 
@@ -169,6 +172,12 @@ class JobRecoveryWorkflow:
     async def _watch(self, job: SlurmJob) -> Watched | None:
         """Wait for a change or an anomaly: the heartbeating watch, or a GPU fault signalled by a node agent."""
         rec = self._rec
+        if not rec.status.log_offsets and workflow.patched(ANCHOR_LOGS_PATCH):
+            # Anchored before the watch starts: a first watch cancelled by a GPU signal hands back no offsets, and
+            # the attribution would anchor afresh at the files' sizes, skipping what the job wrote meanwhile.
+            anchored = await scheduler.anchor_logs(rec.inp, job)
+            if anchored is not None:
+                rec.update_status(log_offsets=anchored)
         handle = scheduler.start_watch(scheduler.watch_input(rec.inp, rec.state, job), job)
         await workflow.wait_condition(lambda: handle.done() or bool(rec.state.gpu_events) or bool(rec.status.paused_by))
         if not handle.done():
