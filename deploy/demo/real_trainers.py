@@ -3,8 +3,8 @@
 Each runs as one srun task per rank, like the demo: identity from srun (``RankEnv``), a rendezvous port per job and
 attempt (``deploy.demo.train.rendezvous_address``: a requeued attempt never meets a lingering process of the previous
 one), the rank file that ``rebound lab inject`` finds the rank's pid in (rank kill, ``segv``), and the trainer-side
-fault hooks (``crash``, ``hang``, ``slow``, ``gpu-fault``) applied at the start of every step from the trainer's own
-step callback. Nothing here prints per step: these jobs' output is what the frameworks print.
+fault hooks (``crash``, ``hang``, ``slow``, ``gpu-fault``, ``user-bug``) applied at the start of every step from
+the trainer's own step callback. Nothing here prints per step: these jobs' output is what the frameworks print.
 
 Kept free of Lightning and transformers imports, so each job imports only its own framework.
 """
@@ -45,10 +45,13 @@ class RankSetup:
     step_sleep: float
 
     def at_step_start(self, step: int) -> None:
-        """The step's simulated device time and the faults due (``crash`` and ``hang`` do not return)."""
+        """The step's simulated device time and the faults due (``crash`` and ``hang`` do not return; ``gpu-fault``
+        raises PyTorch's CUDA error, ``user-bug`` the ValueError of a data pipeline that lost a column)."""
         faults = self.watcher.check(step)
         time.sleep(self.step_sleep + faults.extra_delay_s)
         synchronize_device(faults.cuda_error)
+        if faults.corrupt_next_batch:
+            raise ValueError(f"shape mismatch at step {step}: the batch lost a feature column (injected user bug)")
 
 
 def set_up_rank(args: argparse.Namespace, environ: MutableMapping[str, str]) -> RankSetup:

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from deploy.demo import submit
+from deploy.demo.common import RankEnv, RunPaths
+from deploy.demo.faults import FaultState, FaultWatcher
+from deploy.demo.real_trainers import RankSetup
 from deploy.local.layout import LabLayout
 
 FAKE_SRUN = """#!/bin/sh
@@ -99,3 +102,26 @@ def test_hf_job_resumes_from_its_latest_checkpoint(tmp_path: Path) -> None:
     again = _run("deploy.demo.train_hf", tmp_path, steps=5, restart=1)
     assert f"resuming from checkpoint {tmp_path / 'checkpoints' / 'checkpoint-3'}" in again
     assert {p.name for p in (tmp_path / "checkpoints").iterdir()} == {"checkpoint-3", "checkpoint-5"}
+
+
+class _Due(FaultWatcher):
+    """The fault state the step's faults left, without a control directory."""
+
+    def check(self, step: int) -> FaultState:
+        return self.state
+
+
+@pytest.mark.parametrize(
+    ("state", "error"),
+    [
+        (FaultState(cuda_error="CUDA error: unspecified launch failure"), RuntimeError),
+        (FaultState(corrupt_next_batch=True), ValueError),
+    ],
+)
+def test_step_start_raises_the_injected_errors(tmp_path: Path, state: FaultState, error: type[Exception]) -> None:
+    env = RankEnv.from_environ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURMD_NODENAME": "n1"})
+    paths = RunPaths(tmp_path)
+    setup = RankSetup(env=env, paths=paths, watcher=_Due(paths, env, state=state), step_sleep=0.0)
+    with pytest.raises(error):
+        setup.at_step_start(5)
+    RankSetup(env=env, paths=paths, watcher=_Due(paths, env), step_sleep=0.0).at_step_start(5)  # nothing due
