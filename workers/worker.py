@@ -14,6 +14,7 @@ from activities.logs.job_logs import LogPolicy
 from activities.logs.watch import WatchActivities
 from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.activities import SlurmActivities
+from activities.slurm.resubmission import SubmissionActivities
 from activities.webhooks.notify import NotifyActivities
 from workers.audit_schedule import build_audit_activities, start_audit_schedule
 from workers.client import connect
@@ -65,6 +66,7 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
     checkpoints = CheckpointActivities(logs)  # a job's ckpt= directory is bounded like its log files
     attribution = AttributionActivities(scheduler, logs)
     actions = SlurmActionActivities(scheduler)
+    submissions = SubmissionActivities(scheduler, settings.state_dir)
     notify = NotifyActivities(
         settings.notify.webhook_url,
         timeout_s=settings.notify.timeout_s,
@@ -78,11 +80,14 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
         workflows=WORKFLOWS,
         activities=[
             slurm.observe_job,
+            watch.anchor,
             watch.watch,
             watch.wait_resume,
             attribution.attribute_failure,
             actions.drain_node,
             actions.requeue_job,
+            submissions.capture_submission,
+            submissions.resubmit_job,
             notify.notify_webhook,
             checkpoints.checkpoint_scan,
             checkpoints.checkpoint_quarantine,

@@ -9,6 +9,10 @@ both. What Slurm 22.05 says versus what the models say (verified on a real clust
   COMPLETING job); ``start_time`` of a pending job is an estimate. Both become None until they are real.
 * ``standard_output`` keeps the unexpanded pattern (``train-%j.out``), and is empty when sbatch used its default
   ``slurm-%j.out``; ``standard_error`` is empty when stderr goes to the stdout file. Both are resolved here.
+* Array tasks carry ``array_job_id`` (the master, ``%A``) and ``array_task_id`` (``%a``); their ``job_id`` is the
+  task's own (``%j``); a job that is not an array task has ``array_job_id`` 0 and ``array_task_id`` null. Each
+  component of a heterogeneous job is listed with its own ``job_id``, ``het_job_id`` (the leader's id),
+  ``het_job_id_set`` and ``het_job_offset``; other jobs have ``het_job_id`` 0.
 * ``state_reason`` is ``"None"`` when there is no reason; a pending job's details are in ``state_description``.
 * Hostlists (``nodes``, ``excluded_nodes``) are kept as typed (``n[1-2],n4,n3``) and are expanded here.
 * With slurmctld down, squeue/sinfo still exit 0 and print ``errors: [{"error_number": -1, "error":
@@ -31,6 +35,7 @@ from activities.slurm.errors import bad_response, raise_for_api_errors
 from activities.slurm.hostlist import HostlistError, expand
 from workflows.domain.errors import ReboundError
 from workflows.domain.slurm import JobState, NodeBaseState, SlurmJob, SlurmNode
+from workflows.domain.submission import SubmissionOptions, SubmittedJob
 
 __all__ = [
     "decode_exit_status",
@@ -43,6 +48,7 @@ __all__ = [
     "parse_jobs",
     "parse_node",
     "parse_nodes",
+    "parse_submission",
 ]
 
 # Slurm's NO_VAL (0xfffffffe) and INFINITE (0xffffffff) are "no time", not dates in 2106.
@@ -106,7 +112,8 @@ def parse_job(item: object, *, source: str = "squeue --json") -> SlurmJob:
     name, user, cwd = f.text("name"), f.text("user_name"), f.text("current_working_directory")
     batch_host = f.text("batch_host")
     array_job_id = f.number("array_job_id") or None
-    array_task_id = f.number("array_task_id")
+    array_task_id = f.number("array_task_id") if array_job_id else None
+    het_job_id = f.number("het_job_id") or None
     stdout = f.text("standard_output")
     if not stdout and f.flag("batch_flag"):
         # sbatch's default is applied by slurmstepd, so Slurm never stores it (verified: the field is empty).
@@ -154,6 +161,53 @@ def parse_job(item: object, *, source: str = "squeue --json") -> SlurmJob:
         start_time=None if state is JobState.PENDING else epoch_to_datetime(f.number("start_time")),
         end_time=epoch_to_datetime(f.number("end_time")) if ended else None,
         tres_per_node=f.text("tres_per_node"),
+        array_job_id=array_job_id,
+        array_task_id=array_task_id,
+        het_job_id=het_job_id,
+        het_job_offset=f.number("het_job_offset") if het_job_id else None,
+    )
+
+
+def parse_submission(item: object, *, source: str = "squeue --json") -> SubmittedJob:
+    """The submission options of one entry of ``jobs``, as ``sbatch`` would take them again (ADR 014).
+
+    Output patterns are kept as submitted (``%j`` stays: the new job fills in its own id).
+
+    Raises:
+        ReboundError: ``SCHEDULER_BAD_RESPONSE`` as for ``parse_job``, and for a job without owner or directory.
+    """
+    f = _Fields(item, source, "job")
+    job_id = f.number("job_id")
+    uid, gid, cwd = _uid(f.number("user_id")), _uid(f.number("group_id")), f.text("current_working_directory")
+    if job_id is None or uid is None or gid is None or not cwd:
+        raise _bad(source, f"job {job_id}: no owner (user_id/group_id) or working directory to resubmit it with")
+
+    def count(key: str) -> int:
+        value = f.number(key)
+        return value if value is not None and 0 < value < _NO_TIME else 0
+
+    gres = ",".join(g.removeprefix("gres:") for g in f.text("tres_per_node").split(",") if g)
+    options = SubmissionOptions(
+        name=f.text("name"),
+        partition=f.text("partition"),
+        nodes=count("node_count"),
+        ntasks=count("tasks"),
+        ntasks_per_node=count("tasks_per_node"),
+        cpus_per_task=count("cpus_per_task"),
+        gres=gres,
+        time_limit_min=count("time_limit"),
+        mem_per_node_mb=count("memory_per_node"),
+        mem_per_cpu_mb=count("memory_per_cpu"),
+        output=f.text("standard_output"),
+        error=f.text("standard_error"),
+        comment=f.text("comment"),
+        account=f.text("account"),
+        qos=f.text("qos"),
+        excluded_nodes=f.hostlist("excluded_nodes"),
+        requeue=f.flag("requeue"),
+    )
+    return SubmittedJob(
+        job_id=job_id, user=f.text("user_name"), user_id=uid, group_id=gid, working_directory=cwd, options=options
     )
 
 

@@ -17,6 +17,7 @@ from activities.logs.attribution import AttributionActivities
 from activities.logs.watch import WatchActivities
 from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.activities import SlurmActivities
+from activities.slurm.resubmission import SubmissionActivities
 from activities.slurm.snapshots import SnapshotCache
 from activities.temporal.fleet import FleetActivities
 from activities.webhooks.notify import NotifyActivities
@@ -24,7 +25,7 @@ from tests.fakes.scheduler import FakeScheduler
 from workflows.constants import CAUSE, RECOVERY_STATE
 from workflows.domain.fleet import FleetMode, FleetPolicy
 from workflows.domain.gpu import GpuEvent, GpuEventKind
-from workflows.domain.incident import ActionKind
+from workflows.domain.incident import ActionKind, ActionRung
 from workflows.domain.recovery import (
     JobRecoveryInput,
     JobRecoveryResult,
@@ -32,6 +33,7 @@ from workflows.domain.recovery import (
     PauseRequest,
     RecoverySpec,
     RecoveryState,
+    RestartSetting,
 )
 from workflows.domain.slurm import JobState
 from workflows.fleet import FleetWorkflow
@@ -61,6 +63,7 @@ class Harness:
         watch = WatchActivities(self.snapshots)
         attribution = AttributionActivities(self.sched)
         actions = SlurmActionActivities(self.sched)
+        submissions = SubmissionActivities(self.sched, self.tmp / "state")
         fleet = FleetActivities(
             self.client, self.sched, cluster=self.cluster, task_queue=self.task_queue, policy=self.fleet_policy
         )
@@ -70,11 +73,14 @@ class Harness:
             workflows=[JobRecoveryWorkflow, FleetWorkflow],
             activities=[
                 slurm.observe_job,
+                watch.anchor,
                 watch.watch,
                 watch.wait_resume,
                 attribution.attribute_failure,
                 actions.drain_node,
                 actions.requeue_job,
+                submissions.capture_submission,
+                submissions.resubmit_job,
                 fleet.request_isolation,
                 fleet.cluster_view,
                 fleet.resume_node,
@@ -91,8 +97,8 @@ class Harness:
         ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
         self.log(job_id, rank, f"{ts} [INFO] rank={rank}/4 node={node} step={step} loss=0.5 step_time=0.1s")
 
-    async def start(self, job_id: int, budget: int = 5) -> Handle:
-        spec = RecoverySpec(logs=(str(self.tmp / "job-%j-*.log"),), restart_budget=budget)
+    async def start(self, job_id: int, budget: int = 5, restart: RestartSetting = RestartSetting.AUTO) -> Handle:
+        spec = RecoverySpec(logs=(str(self.tmp / "job-%j-*.log"),), restart_budget=budget, restart=restart)
         return await self.client.start_workflow(
             JobRecoveryWorkflow.run,
             JobRecoveryInput(cluster=self.cluster, job_id=job_id, poll_interval_s=0.1, spec=spec),
@@ -124,7 +130,9 @@ def _actions(st: JobRecoveryStatus, kind: ActionKind) -> list[str]:
     return [a.target for i in st.incidents for a in i.actions if a.kind is kind]
 
 
-async def test_rank_crash_is_isolated_restarted_and_verified(h: Harness) -> None:
+async def test_rank_crash_is_excluded_restarted_and_verified(h: Harness) -> None:
+    """A rank that exits on its own is the job's word against its node: the job restarts without the node, the
+    Fleet records a suspicion, nothing is drained (``workflows.policy.action_ladder``)."""
     job = h.sched.submit(h.nodes[:2], name="llm")
     handle = await h.start(job.job_id)
     await until(handle, lambda s: s.state is RecoveryState.WATCHING)
@@ -136,16 +144,20 @@ async def test_rank_crash_is_isolated_restarted_and_verified(h: Harness) -> None
     h.sched.fail_job(job.job_id, exit_code=13)
 
     st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
-    assert _actions(st, ActionKind.DRAIN) == [h.nodes[1]]  # rank 2 runs on the second node (block layout)
+    assert _actions(st, ActionKind.DRAIN) == []
     assert _actions(st, ActionKind.REQUEUE) == [str(job.job_id)]
-    node = h.sched.nodes[h.nodes[1]]
-    assert node.is_drained and node.reason.startswith(f"rebound: {job.job_id}-1 ")
+    assert not h.sched.nodes[h.nodes[1]].is_drained
+    excluded = next(e.detail for e in st.timeline if e.event == "EXCLUDED")
+    # rank 2 runs on the second node (block layout)
+    assert excluded.startswith(f"excluded {h.nodes[1]} from job {job.job_id}'s next placement: rank 2 failed first")
+    assert excluded.endswith("a rank died with no hardware evidence; suspicion recorded")
     requeued = h.sched.jobs[job.job_id]
     assert requeued.restart_count == 1 and h.nodes[1] in requeued.excluded_nodes
 
     h.sched.schedule()
     assert h.nodes[1] not in h.sched.jobs[job.job_id].nodes
-    h.log(job.job_id, 0, "2026-11-30T00:00:00.000Z [INFO] rank=0/4 node=x resumed from checkpoint step_000005 (step 5)")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"  # a line stamped days ago is an old run's
+    h.log(job.job_id, 0, f"{now} [INFO] rank=0/4 node=x resumed from checkpoint step_000005 (step 5)")
     h.step(job.job_id, 0, 6, h.sched.jobs[job.job_id].nodes[0])
     st = await until(handle, lambda s: s.state is RecoveryState.WATCHING and s.incidents[-1].resumed_at is not None)
 
@@ -154,8 +166,8 @@ async def test_rank_crash_is_isolated_restarted_and_verified(h: Harness) -> None
     assert inc.restarted_at is not None and inc.resumed_at is not None
     assert inc.resumed_from == "step_000005"
     assert all(a.verified_at is not None for a in inc.actions)
-    assert [a.key.rsplit("/", 2)[-2:] for a in inc.actions] == [["incident-1", f"drain-{h.nodes[1]}"],
-                                                               ["incident-1", "requeue"]]  # fmt: skip
+    assert [a.key.rsplit("/", 2)[-2:] for a in inc.actions] == [["incident-1", "requeue"]]
+    assert inc.attribution.action is ActionRung.EXCLUDE
     assert st.restarts_used == 1
     desc = await handle.describe()
     assert desc.typed_search_attributes.get(CAUSE) == "rank-crash"
@@ -244,7 +256,7 @@ async def test_owner_cancel_is_not_an_incident(h: Harness) -> None:
 
 async def test_a_job_that_may_not_be_requeued_gives_up_clearly(h: Harness) -> None:
     job = h.sched.submit(h.nodes[:2], requeue=False)
-    handle = await h.start(job.job_id)
+    handle = await h.start(job.job_id, restart=RestartSetting.REQUEUE)  # resubmission: test_job_recovery_resubmit
     await until(handle, lambda s: s.state is RecoveryState.WATCHING)
     h.sched.fail_job(job.job_id, exit_code=1)
     result = await asyncio.wait_for(handle.result(), 30)

@@ -15,7 +15,8 @@ MAX_RECENT_ERRORS = 20
 
 
 class RejectedOptIn(Frozen):
-    """A job whose ``rebound`` comment did not parse: left alone, reported to operators."""
+    """A job whose ``rebound`` comment did not parse, or that Rebound cannot watch (``UnsupportedJob``): left
+    alone, reported to operators with the reason."""
 
     job_id: int
     reason: str
@@ -39,7 +40,8 @@ class ClusterWatchStatus(Frozen):
     known: tuple[int, ...] = ()
     """Active opted-in jobs whose JobRecovery was started (ascending job ids)."""
     rejected: tuple[RejectedOptIn, ...] = ()
-    """Jobs with a malformed opt-in comment, as of the last discovery."""
+    """Jobs with a malformed opt-in comment, or that opted in but cannot be watched (a heterogeneous job's
+    components), as of the last discovery."""
     last_discovery_at: datetime | None = None
     discoveries: int = 0
     """Discovery rounds completed, over all runs."""
@@ -79,6 +81,8 @@ class DiscoveredJob(Frozen):
     user: str = ""
     state: JobState
     spec: RecoverySpec = RecoverySpec()
+    resubmit_token: str = ""
+    """The resubmission token in the job's comment, if any: a hint to ask Rebound's own record (ADR 014)."""
 
 
 class DiscoverJobsResult(Frozen):
@@ -98,6 +102,8 @@ class StartJobRecoveryInput(Frozen):
     cluster: str
     job_id: int = Field(gt=0)
     spec: RecoverySpec = RecoverySpec()
+    resubmit_token: str = ""
+    """As in ``DiscoveredJob``: the job joins a lineage only when that lineage's JobRecovery lists it or the token."""
 
 
 class StartJobRecoveryResult(Frozen):
@@ -105,3 +111,5 @@ class StartJobRecoveryResult(Frozen):
 
     workflow_id: str
     run_id: str | None = None
+    lineage: bool = False
+    """The job is a resubmission an existing JobRecovery follows: nothing was started (``workflow_id`` is it)."""

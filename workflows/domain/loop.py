@@ -23,7 +23,11 @@ class JobWatchInput(Frozen):
 
     job_id: int
     log_patterns: tuple[str, ...] = ()
+    """The job's ``logs=`` patterns; empty reads its own stdout/stderr (``docs/detection.md``)."""
     offsets: dict[str, int] = {}
+    """Where reading stopped (``activities.logs.tail``): byte offsets and fingerprints per file, and the time the
+    job's attempt was first seen (``"\\0since"``); ``{}`` when it was never read: then only what the files gain
+    from now on counts (and files the attempt began)."""
     poll_interval_s: float = Field(1.0, gt=0)
     last_state: JobState | None = None
     last_restart_count: int = 0
@@ -44,6 +48,16 @@ class WatchOutcome(StrEnum):
     ANOMALY = "anomaly"
     GONE = "gone"
     """The scheduler no longer lists the job."""
+
+
+class LogAnchorInput(Frozen):
+    """Anchor a job's log offsets to its current attempt before the first watch (``LogTail.anchor``)."""
+
+    job_id: int
+    log_patterns: tuple[str, ...] = ()
+    """The job's ``logs=`` patterns; empty: its own stdout/stderr, as for the watch."""
+    job: SlurmJob
+    """The job as the workflow last saw it: its start time is the attempt's, its user the files' owner."""
 
 
 class JobWatchResult(Frozen):

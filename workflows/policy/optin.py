@@ -16,7 +16,7 @@ Grammar of the comment (``parse_comment``):
   (a policy name), ``logs`` (absolute glob of the ranks' output, ``%j`` = job id; may repeat or be
   comma-separated), ``hang`` (the job's hang window: ``600``, ``90s``, ``10m``, ``1h``), ``heartbeat``
   (absolute glob of files the ranks touch while alive; like ``logs``), ``stragglers`` (``off``, ``report`` or
-  ``restart``).
+  ``restart``), ``restart`` (``auto``, ``requeue`` or ``resubmit``: ``workflows.policy.restart_strategy``).
 * An unknown key, a bad value, a repeated single-valued key or ``rebound key=value`` without the colon raise
   ``OptInError`` naming the key. The caller treats that as "not opted in" and warns: guessing what a mistyped
   spec meant (``budget=O``) could restart a job its owner wanted left alone.
@@ -39,7 +39,16 @@ from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.recovery import RecoverySpec
 from workflows.domain.slurm import SlurmJob
 
-__all__ = ["OptInError", "JobSelector", "checkpoint_fallback", "parse_comment", "select", "spec_for", "with_fallback"]
+__all__ = [
+    "OptInError",
+    "JobSelector",
+    "UnsupportedJob",
+    "checkpoint_fallback",
+    "parse_comment",
+    "select",
+    "spec_for",
+    "with_fallback",
+]
 
 #: Comment key -> ``RecoverySpec`` field.
 KEYS = {
@@ -50,6 +59,7 @@ KEYS = {
     "hang": "hang_after_s",
     "heartbeat": "heartbeat",
     "stragglers": "stragglers",
+    "restart": "restart",
     "ckpt_fallback": "checkpoint_fallback",
 }
 #: Keys that may repeat or list several comma-separated globs.
@@ -78,6 +88,15 @@ class OptInError(ValueError):
         """
         super().__init__(f"rebound opt-in comment: {key}: {message}")
         self.key = key
+
+
+class UnsupportedJob(OptInError):
+    """A job that opted in (or was selected) but that Rebound cannot watch without mis-mapping it; left alone and
+    reported like a malformed opt-in, with the reason."""
+
+    def __init__(self, message: str) -> None:
+        ValueError.__init__(self, f"rebound: job not supported: {message}")
+        self.key = "rebound"
 
 
 def parse_comment(comment: str) -> RecoverySpec | None:
@@ -173,10 +192,16 @@ def spec_for(job: SlurmJob, selectors: Iterable[JobSelector]) -> RecoverySpec | 
         selectors: The operator's selectors, in priority order.
 
     Raises:
-        OptInError: The job's comment carries a malformed ``rebound`` spec.
+        OptInError: The job's comment carries a malformed ``rebound`` spec; ``UnsupportedJob`` when the job opted
+            in (or was selected) but is of a kind Rebound cannot watch safely: a heterogeneous job's component.
     """
     own = parse_comment(job.comment)
     selected = select(job, selectors)
+    if (own is not None or selected is not None) and job.is_heterogeneous:
+        raise UnsupportedJob(
+            f"heterogeneous job (component +{job.het_job_offset} of {job.het_job_id}), not watched: its components'"
+            " logs, ranks and nodes cannot yet be mapped as one job"
+        )
     if own is None:
         return selected
     if selected is None:
@@ -256,6 +281,10 @@ def _value(key: str, value: str) -> object:
     if key == "stragglers":
         if value.lower() not in ("off", "report", "restart"):
             raise OptInError(key, f"expected off, report or restart, got {value!r}")
+        return value.lower()
+    if key == "restart":
+        if value.lower() not in ("auto", "requeue", "resubmit"):
+            raise OptInError(key, f"expected auto, requeue or resubmit, got {value!r}")
         return value.lower()
     if key == "ckpt_fallback":
         if value.lower() not in {f.value for f in CheckpointFallback}:

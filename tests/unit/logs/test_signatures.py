@@ -370,15 +370,66 @@ SIGNATURE_CASES: list[tuple[str, str, Category, dict[str, Any]]] = [
         {},
     ),
     ("RuntimeError: Train loss contains a NaN.", "loss_not_finite", C.NAN_LOSS, {}),
+    # nanoGPT (https://github.com/karpathy/nanoGPT/issues/215)
+    ("2023-03-22 09:32:52 iter 3010: loss nan, time 1019.95ms, mfu 14.12%", "loss_not_finite", C.NAN_LOSS, {}),
     ("Epoch(train) [3][1150/5000]  loss_rpn_cls: nan  loss_rpn_bbox: 0.0412", "loss_not_finite", C.NAN_LOSS, {}),
     ("Batch 412: Invalid loss, terminating training", "nan_loss", C.NAN_LOSS, {}),
     ("Detected inf/nan during batch_number=0", "nan_loss", C.NAN_LOSS, {}),
     ("OSError: [Errno 28] No space left on device", "checkpoint_io", C.CHECKPOINT_IO_ERROR, {"exception": "OSError"}),
+    # Reading the checkpoint failed: its own row, the load's kind (not the code's).
     (
         "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
-        "checkpoint_io",
+        "checkpoint_load",
+        C.CHECKPOINT_IO_ERROR,
+        {"exception": "RuntimeError"},
+    ),
+    (
+        "RuntimeError: [enforce fail at inline_container.cc:144] . PytorchStreamReader failed reading zip archive: "
+        "failed finding central directory",  # https://github.com/open-mmlab/mmdetection/issues/4835
+        "checkpoint_load",
         C.CHECKPOINT_IO_ERROR,
         {},
+    ),
+    ("EOFError: Ran out of input", "checkpoint_load", C.CHECKPOINT_IO_ERROR, {"exception": "EOFError"}),
+    ("_pickle.UnpicklingError: invalid load key, '\\x00'.", "checkpoint_load", C.CHECKPOINT_IO_ERROR, {}),
+    (
+        "RuntimeError: unexpected EOF, expected 1617891 more bytes. The file might be corrupted.",
+        "checkpoint_load",
+        C.CHECKPOINT_IO_ERROR,
+        {},
+    ),
+    (
+        "safetensors_rust.SafetensorError: Error while deserializing header: MetadataIncompleteBuffer",
+        "checkpoint_load",
+        C.CHECKPOINT_IO_ERROR,
+        {"exception": "safetensors_rust.SafetensorError"},
+    ),
+    (
+        "FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/step-1000/.metadata'",
+        "checkpoint_load",
+        C.CHECKPOINT_IO_ERROR,
+        {"exception": "FileNotFoundError"},
+    ),
+    (
+        "FileNotFoundError: [Errno 2] No such file or directory: "
+        "'/ckpt/global_step10/zero_pp_rank_3_mp_rank_00_optim_states.pt'",
+        "checkpoint_load",
+        C.CHECKPOINT_IO_ERROR,
+        {},
+    ),
+    (
+        "ValueError: Can't find a valid checkpoint at /out/checkpoint-180",
+        "checkpoint_load",
+        C.CHECKPOINT_IO_ERROR,
+        {"exception": "ValueError"},
+    ),
+    ("could not load the checkpoint", "checkpoint_load", C.CHECKPOINT_IO_ERROR, {}),
+    # A file the code names that is not part of a checkpoint's layout stays the code's.
+    (
+        "FileNotFoundError: [Errno 2] No such file or directory: '/data/train.jsonl'",
+        "python_exception",
+        C.USER_EXCEPTION,
+        {"exception": "FileNotFoundError"},
     ),
     (
         "PermissionError: [Errno 13] Permission denied: '/checkpoints/run7/step_1000.pt'",
