@@ -7,12 +7,12 @@ TEST_STATE := $(CURDIR)/.rebound-lab-test
 
 .PHONY: install demo up down status test lint typecheck unit e2e record-histories clean
 
-# System packages (Slurm, munge, gcc) + a virtualenv with Rebound and its dev/demo extras.
+# System packages (Slurm, munge, gcc) + a virtualenv with Rebound and its dev/demo/trainers extras.
 $(STAMP): pyproject.toml
 	bash deploy/local/install-system.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,demo]'
+	$(BIN)/pip install -q -e '.[dev,demo,trainers]'
 	touch $(STAMP)
 
 install: $(STAMP)

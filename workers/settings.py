@@ -134,13 +134,14 @@ class WatchSettings(_Section):
     enabled: bool = Field(True, description="Start the cluster's ClusterWatch workflow when the worker starts.")
     log_roots: tuple[Path, ...] = Field(
         (),
-        description="Directories a job's log files must really lie under (symlinks resolved); patterns and files "
-        'elsewhere are refused and reported. Empty: no root restriction. Env: a JSON list, ["/scratch"].',
+        description="Directories a job's log files and its checkpoint directory (ckpt=) must really lie under "
+        "(symlinks resolved); patterns, files and directories elsewhere are refused and reported. Empty: no root "
+        'restriction. Env: a JSON list, ["/scratch"].',
     )
     log_require_owner: bool = Field(
         True,
-        description="Read a job's log files only if its own user owns them (refused, and reported, otherwise); "
-        "with no user id known for the job, none are read.",
+        description="Read a job's log files, and scan or set aside its checkpoint directory, only if its own user "
+        "owns them (refused, and reported, otherwise); with no user id known for the job, none are read.",
     )
 
     @model_validator(mode="after")

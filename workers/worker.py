@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from temporalio.worker import Worker
 
-from activities.checkpoints.activities import checkpoint_quarantine, checkpoint_scan
+from activities.checkpoints.activities import CheckpointActivities
 from activities.logs.attribution import AttributionActivities
 from activities.logs.job_logs import LogPolicy
 from activities.logs.watch import WatchActivities
@@ -63,6 +63,7 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
     discovery = build_discovery_activities(client, snapshots, settings)
     logs = LogPolicy(settings.watch.log_roots, require_owner=settings.watch.log_require_owner)
     watch = WatchActivities(snapshots, logs)
+    checkpoints = CheckpointActivities(logs)  # a job's ckpt= directory is bounded like its log files
     attribution = AttributionActivities(scheduler, logs)
     actions = SlurmActionActivities(scheduler)
     submissions = SubmissionActivities(scheduler, settings.state_dir)
@@ -88,8 +89,8 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
             submissions.capture_submission,
             submissions.resubmit_job,
             notify.notify_webhook,
-            checkpoint_scan,
-            checkpoint_quarantine,
+            checkpoints.checkpoint_scan,
+            checkpoints.checkpoint_quarantine,
             *discovery,
             *build_gpu_activities(settings.gpu),
             *build_audit_activities(client, settings),

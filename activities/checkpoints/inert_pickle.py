@@ -55,6 +55,18 @@ class Inert:
         else:
             self.state = {"__state__": state}
 
+    # SETITEMS and APPENDS on a stand-in: a dict or list subclass (an OrderedDict state_dict in every Lightning
+    # checkpoint) is rebuilt as ``cls()`` then filled item by item. The items are kept as its state, nothing runs.
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.state[key] = value
+
+    def append(self, value: Any) -> None:
+        self.state.setdefault("__items__", []).append(value)
+
+    def extend(self, values: Any) -> None:
+        for value in values:
+            self.append(value)
+
     # Stand-ins are keys of dicts (DCP's MetadataIndex): identity hashing is all that is needed.
     __hash__ = object.__hash__
 

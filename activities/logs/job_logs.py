@@ -43,11 +43,14 @@ class LogPolicy:
 
     def access(self, job: SlurmJob | None) -> LogAccess | None:
         """The job's access policy (every file refused when the job is unknown); None when nothing is restricted."""
+        return self.access_for_user(job.user_id if job is not None else None)
+
+    def access_for_user(self, user_id: int | None) -> LogAccess | None:
+        """The policy for files a job of user ``user_id`` names (every file refused when the owner is required and
+        the user is unknown); None when nothing is restricted. Also the rule for its checkpoint directory."""
         if not self._roots and not self._require_owner:
             return None
-        return LogAccess.for_job(
-            self._roots, job.user_id if job is not None else None, require_owner=self._require_owner
-        )
+        return LogAccess.for_job(self._roots, user_id, require_owner=self._require_owner)
 
     def tail(self, patterns: Sequence[str], job: SlurmJob | None, job_id: int) -> LogTail:
         """A tail over the job's log files, bound to this policy and anchored to the job's current attempt.

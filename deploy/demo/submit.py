@@ -13,6 +13,13 @@ from deploy.demo.common import RunPaths
 from deploy.local.layout import LabLayout
 
 SBATCH_SCRIPT = Path(__file__).with_name("train.sbatch")
+# The lab's trainers, by name: the demo loop, and real PyTorch Lightning and Hugging Face Trainer jobs (the trainers
+# extra). Every script takes the same trainer options and writes the same per-rank logs and rank files.
+TRAINER_SCRIPTS = {
+    "demo": SBATCH_SCRIPT,
+    "lightning": Path(__file__).with_name("train_lightning.sbatch"),
+    "hf": Path(__file__).with_name("train_hf.sbatch"),
+}
 # The directory holding the `deploy` package: the ranks run `python -m deploy.demo.train` from the run directory.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_STEPS = 2000
@@ -44,8 +51,11 @@ def sbatch_command(
     step_sleep: float = DEFAULT_STEP_SLEEP,
     extra_sbatch_args: Sequence[str] = (),
     sbatch: str = "sbatch",
+    trainer: str = "demo",
 ) -> list[str]:
     """The argument list ``submit_demo`` runs (exposed for dry runs and tests)."""
+    if trainer not in TRAINER_SCRIPTS:
+        raise ValueError(f"unknown trainer {trainer!r}: one of {', '.join(TRAINER_SCRIPTS)}")
     run_dir = layout.run_dir(validate_run_name(run))
     args = [
         sbatch,
@@ -62,7 +72,7 @@ def sbatch_command(
     ]
     if gpus_per_node > 0:
         args.append(f"--gres=gpu:{gpus_per_node}")
-    args += [*extra_sbatch_args, str(SBATCH_SCRIPT)]
+    args += [*extra_sbatch_args, str(TRAINER_SCRIPTS[trainer])]
     args += ["--steps", str(steps), "--checkpoint-every", str(checkpoint_every), "--step-sleep", str(step_sleep)]
     return args
 
@@ -108,6 +118,7 @@ def submit_demo(
     sbatch: str = "sbatch",
     timeout_s: float = 30.0,
     opt_in: bool = True,
+    trainer: str = "demo",
 ) -> int:
     """Create the run's directories and submit the demo job; returns the Slurm job id.
 
@@ -127,9 +138,10 @@ def submit_demo(
         timeout_s: how long sbatch may take.
         opt_in: ask Rebound to keep the job running, through Slurm itself: ``--comment`` carries the spec
             (checkpoint directory, the ranks' log files), as any user would write it.
+        trainer: ``demo`` (``deploy.demo.train``), ``lightning`` or ``hf`` (``TRAINER_SCRIPTS``).
 
     Raises:
-        ValueError: invalid run name.
+        ValueError: invalid run name, or unknown trainer.
         SubmitError: sbatch failed or printed no job id.
     """
     paths = RunPaths(layout.run_dir(validate_run_name(run)))
@@ -148,6 +160,7 @@ def submit_demo(
         step_sleep=step_sleep,
         extra_sbatch_args=extra_sbatch_args,
         sbatch=sbatch,
+        trainer=trainer,
     )
     try:
         done = subprocess.run(

@@ -108,6 +108,9 @@ class CheckpointScanInput(Frozen):
     """``checkpoint_scan``: the job's checkpoint directory."""
 
     dir: str
+    expected_owner_uid: int | None = None
+    """The job's user (``SlurmJob.user_id``): with ``watch.log_require_owner`` the directory must belong to it (the
+    scan is refused without it); ``watch.log_roots`` bound where the directory may lie."""
 
 
 class QuarantineAction(StrEnum):

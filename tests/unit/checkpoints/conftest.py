@@ -1,6 +1,7 @@
 """Checkpoint files written by the real libraries, once per session, and helpers that lay out the documented
-directory formats around them (Megatron, NeMo, DeepSpeed, HF Trainer and Lightning write by hand: they are not
-installed here, and their layouts are what ``activities/checkpoints`` reads).
+directory formats around them (Megatron, NeMo and DeepSpeed by hand: they cannot run here; HF Trainer and Lightning
+also by hand, for the layouts a tiny CPU run does not write, such as sharded weights and sharded ``.ckpt/``
+directories). Files the real HF Trainer and Lightning write are in ``test_real_trainers.py`` (the trainers extra).
 """
 
 from __future__ import annotations

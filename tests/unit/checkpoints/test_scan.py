@@ -7,6 +7,7 @@ import os
 import pickle
 import shutil
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,18 @@ def test_pickled_code_is_never_run(tmp_path: Path) -> None:
     assert not marker.exists()
     with pytest.raises(UnreadablePickle):
         load_inert(b"\x80\x04garbage")
+
+
+class _Items(list[int]):
+    """A list subclass: pickled as the class, then APPENDS (as an OrderedDict is the class, then SETITEMS)."""
+
+
+def test_dict_and_list_subclasses_are_filled_inert() -> None:
+    # Every Lightning checkpoint holds an OrderedDict state_dict: its items must not make the whole file unreadable.
+    loaded = load_inert(pickle.dumps({"global_step": 4, "state_dict": OrderedDict(w=1), "items": _Items([1, 2])}))
+    assert loaded["global_step"] == 4
+    assert isinstance(loaded["state_dict"], Inert) and loaded["state_dict"].state == {"w": 1}
+    assert loaded["items"].state == {"__items__": [1, 2]}
 
 
 def test_torch_save_fields_reads_plain_values(torch_files: Torch, tmp_path: Path) -> None:
