@@ -56,9 +56,12 @@ class Harness:
             mode=FleetMode.ACT, breaker_max_fraction=1.0, breaker_max_nodes=100, health_check_after_s=3600
         )
 
+    def watch_activities(self) -> WatchActivities:
+        return WatchActivities(self.snapshots)
+
     def worker(self) -> Worker:
         slurm = SlurmActivities(self.sched)
-        watch = WatchActivities(self.snapshots)
+        watch = self.watch_activities()
         attribution = AttributionActivities(self.sched)
         actions = SlurmActionActivities(self.sched)
         fleet = FleetActivities(

@@ -12,7 +12,7 @@ from workflows.domain.base import Frozen
 from workflows.domain.fleet import IsolationDecision
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.hang import HangPolicy, HangVerdict
-from workflows.domain.incident import Anomaly, Incident, TimelineEntry
+from workflows.domain.incident import Anomaly, Incident, LogFinding, TimelineEntry
 from workflows.domain.notify import Notification
 from workflows.domain.progress import ProgressState
 from workflows.domain.slurm import JobState, SlurmJob
@@ -166,7 +166,10 @@ class JobRecoveryState(Frozen):
     decisions: tuple[IsolationDecision, ...] = ()
     """The Fleet's answers to this job's isolation requests (the latest word per request), newest last."""
     next_anomaly: Anomaly | None = None
-    """Hand-over from one incident to the next: the restarted job failed again before it trained."""
+    """Hand-over from one incident to the next: the restarted job failed again."""
+    next_findings: tuple[LogFinding, ...] = ()
+    """With ``next_anomaly``: the restarted attempt's own crash lines (bounded by the resume check), attributed by
+    the next incident: its log offsets are past them."""
     last_job: SlurmJob | None = None
     """The job as the last incident left it (verification's observation)."""
     pending_notes: tuple[Notification, ...] = ()

@@ -13,6 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.logs.watch import WatchActivities
     from activities.slurm.actions import SlurmActionActivities
     from activities.slurm.activities import SlurmActivities
+    from workflows.domain.checkpoints import CheckpointRef
     from workflows.domain.loop import (
         JobWatchInput,
         JobWatchResult,
@@ -87,9 +88,15 @@ async def requeue(
 
 
 async def wait_resume(
-    inp: JobRecoveryInput, *, offsets: dict[str, int], expected_restarts: int, not_before: datetime | None
+    inp: JobRecoveryInput,
+    *,
+    offsets: dict[str, int],
+    expected_restarts: int,
+    not_before: datetime | None,
+    restart_checkpoint: CheckpointRef | None = None,
 ) -> WaitResumeResult:
-    """Wait for the restarted job to log a training step (or to fail again, be cancelled, vanish)."""
+    """Wait for the restarted job to train again: a step line, or a complete checkpoint newer than
+    ``restart_checkpoint`` (or to fail again, be cancelled, vanish)."""
     return await workflow.execute_activity_method(
         WatchActivities.wait_resume,
         WaitResumeInput(
@@ -98,6 +105,9 @@ async def wait_resume(
             offsets=offsets,
             expected_restart_count=expected_restarts,
             not_before=not_before,
+            heartbeat_patterns=inp.spec.heartbeat,
+            checkpoint_dir=inp.spec.checkpoint_dir,
+            restart_checkpoint=restart_checkpoint,
         ),
         summary=f"Wait for job {inp.job_id} to train again",
         **WAIT_RESUME,

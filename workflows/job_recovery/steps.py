@@ -34,8 +34,10 @@ with workflow.unsafe.imports_passed_through():
         after_resume,
         attempt_gpu_events,
         requeue_refused,
+        resumed_note,
         straggler_choice,
         throttled_gpus,
+        verify_signals,
     )
     from workflows.policy.stacks import describe_stacks
 
@@ -205,7 +207,8 @@ async def verify(
     rec: Recorder, number: int, attribution: Attribution, decision: IsolationDecision
 ) -> JobRecoveryResult | None:
     """Wait for the restarted job to train; a job that fails again first hands its anomaly to the next incident."""
-    rec.set_state(RecoveryState.VERIFYING, "waiting for the job to log a training step", number)
+    signals = verify_signals(rec.inp.spec)
+    rec.set_state(RecoveryState.VERIFYING, f"waiting for the job to train again ({signals})", number)
     resumed = await scheduler.wait_resume(
         rec.inp,
         offsets=rec.status.log_offsets,
@@ -221,20 +224,19 @@ async def verify(
         return rec.end(then.ending, number)
     if then.failed_again is not None:
         rec.set_status(ledger.set_outcome(rec.status, number, then.outcome))
-        rec.update(next_anomaly=then.failed_again)
+        rec.update(next_anomaly=then.failed_again, next_findings=then.findings)
         return None
-    where = f" from {resumed.checkpoint}" if resumed.checkpoint else ""
     metrics.record_restart(attribution.cause)
     metrics.record_recovery_action(rec.incident(number))
     await rec.tell(
         NotificationKind.RESUMED,
         f"Job {rec.inp.job_id} trains again",
-        f"step {resumed.step}{where}, excluding {', '.join(decision.exclude) or 'no node'}",
+        f"{resumed_note(resumed)}, excluding {', '.join(decision.exclude) or 'no node'}",
         Severity.INFO,
     )
     status = ledger.mark_resumed(rec.status, number, resumed.observed_at, resumed.checkpoint)
     rec.set_status(ledger.set_outcome(status, number, then.outcome))
-    rec.set_state(RecoveryState.WATCHING, f"training again at step {resumed.step}{where}", number)
+    rec.set_state(RecoveryState.WATCHING, resumed_note(resumed), number)
     return None
 
 

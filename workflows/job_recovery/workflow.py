@@ -159,8 +159,8 @@ class JobRecoveryWorkflow:
             outcome = await self._recover(job, pending, findings, preset=preset)
             if outcome is not None:
                 return outcome
-            # The restarted job failed again before it trained: the next incident starts at once.
-            pending, findings = rec.state.next_anomaly, ()
+            # The restarted job failed again: the next incident starts at once, on the new attempt's own lines.
+            pending, findings = rec.state.next_anomaly, rec.state.next_findings
             job = rec.state.last_job or job
 
     async def _watch(self, job: SlurmJob) -> Watched | None:
@@ -201,7 +201,7 @@ class JobRecoveryWorkflow:
         ``preset`` is an attribution already made (a straggler's), so no evidence is gathered again.
         """
         rec = self._rec
-        rec.update(next_anomaly=None, last_job=job)
+        rec.update(next_anomaly=None, next_findings=(), last_job=job)
         expected = expected_restart_count(anomaly.kind, rec.status.restart_count, job.restart_count)
         number = await steps.detect(rec, job, anomaly)
         if preset is not None:
