@@ -201,6 +201,7 @@ class WatchActivities:
         findings: list[LogFinding] = kept[0]
         signs: list[ProgressSignal] = kept[1]
         checkpoint = ""
+        from_scratch = False
         loaded_at_step: int | None = None
         started = datetime.now(UTC)
         while True:
@@ -222,6 +223,7 @@ class WatchActivities:
                 if progress is not None and progress.checkpoint is not None:
                     loaded = progress.checkpoint.loaded
                     checkpoint = "none: started from scratch" if loaded is None else (loaded or "an unnamed checkpoint")
+                    from_scratch = loaded is None
                     loaded_at_step = progress.checkpoint.step
                     loads = (progress.checkpoint.at,)
                 steps = (StepLine(step=m.step, at=m.at) for m in map(parse_step, lines) if m is not None)
@@ -257,6 +259,7 @@ class WatchActivities:
                     observed_at=(first.at if first is not None else None) or now,
                     step=first.step if first is not None else None,
                     checkpoint=checkpoint,
+                    from_scratch=from_scratch,
                     checkpoint_step=loaded_at_step,
                     offsets=offsets,
                     job=job,

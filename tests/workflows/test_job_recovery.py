@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest_asyncio
 from temporalio.client import Client, WorkflowHandle
@@ -59,6 +60,10 @@ class Harness:
     def watch_activities(self) -> WatchActivities:
         return WatchActivities(self.snapshots)
 
+    def extra_activities(self) -> list[Callable[..., Any]]:
+        """Fakes registered by name beside the real activities (a subclass's)."""
+        return []
+
     def worker(self) -> Worker:
         slurm = SlurmActivities(self.sched)
         watch = self.watch_activities()
@@ -82,6 +87,7 @@ class Harness:
                 fleet.cluster_view,
                 fleet.resume_node,
                 NotifyActivities(None).notify_webhook,  # no webhook configured: "disabled" at once
+                *self.extra_activities(),
             ],
         )
 

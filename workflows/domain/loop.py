@@ -160,6 +160,8 @@ class WaitResumeResult(Frozen):
     step: int | None = None
     """The first training step the restarted job logged."""
     checkpoint: str = ""
+    from_scratch: bool = False
+    """The job's own line said it found no checkpoint to load (it starts from step 0)."""
     checkpoint_step: int | None = None
     """The step the loaded checkpoint holds, when the job says: ``step - checkpoint_step - 1`` steps were redone."""
     offsets: dict[str, int] = {}

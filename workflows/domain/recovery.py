@@ -15,6 +15,7 @@ from workflows.domain.hang import HangPolicy, HangVerdict
 from workflows.domain.incident import Anomaly, Incident, LogFinding, TimelineEntry
 from workflows.domain.notify import Notification
 from workflows.domain.progress import ProgressState
+from workflows.domain.resume_point import CheckpointFallback
 from workflows.domain.slurm import JobState, SlurmJob
 from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
 
@@ -72,6 +73,8 @@ class RecoverySpec(Frozen):
     heartbeat: tuple[str, ...] = ()
     """Glob patterns of files the ranks touch while alive (``%j`` = job id): a fresh mtime counts as progress."""
     stragglers: StragglerAction = StragglerAction.REPORT
+    ckpt_fallback: CheckpointFallback = CheckpointFallback.OFF
+    """A partial newest checkpoint in ``checkpoint_dir``: set it aside before a restart (``quarantine``) or not."""
 
 
 class DetectionPolicy(Frozen):

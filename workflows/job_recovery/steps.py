@@ -11,6 +11,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.job_recovery.checkpoints as checkpoints
     import workflows.job_recovery.evidence as evidence
     import workflows.job_recovery.fleet_exchange as fleet_exchange
     import workflows.job_recovery.ledger as ledger
@@ -209,11 +210,13 @@ async def verify(
     """Wait for the restarted job to train; a job that fails again first hands its anomaly to the next incident."""
     signals = verify_signals(rec.inp.spec)
     rec.set_state(RecoveryState.VERIFYING, f"waiting for the job to train again ({signals})", number)
+    found = rec.incident(number).checkpoint
     resumed = await scheduler.wait_resume(
         rec.inp,
         offsets=rec.status.log_offsets,
         expected_restarts=rec.status.restart_count,
         not_before=rec.incident(number).restarted_at,
+        restart_checkpoint=found.latest_valid if found is not None else None,
     )
     rec.update_status(log_offsets=resumed.offsets)
     if resumed.job is not None:
@@ -237,6 +240,8 @@ async def verify(
     status = ledger.mark_resumed(rec.status, number, resumed.observed_at, resumed.checkpoint)
     rec.set_status(ledger.set_outcome(status, number, then.outcome))
     rec.set_state(RecoveryState.WATCHING, resumed_note(resumed), number)
+    if found is not None and workflow.patched(checkpoints.PATCH_VERIFY):
+        await checkpoints.judge_resume(rec, number, resumed)
     return None
 
 

@@ -20,6 +20,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.job_recovery.checkpoints as checkpoints
     import workflows.job_recovery.ledger as ledger
     import workflows.job_recovery.scheduler as scheduler
     import workflows.job_recovery.state as state
@@ -208,6 +209,8 @@ class JobRecoveryWorkflow:
             attribution, job_state = preset, None
         else:
             attribution, job_state = await steps.attribute(rec, job, anomaly, findings, number)
+        if job_state is not JobState.CANCELLED and workflow.patched(checkpoints.PATCH_RECORD):
+            attribution = await checkpoints.record_before_restart(rec, number, attribution, findings)
         rec.set_status(ledger.set_attribution(rec.status, number, attribution))
         if job_state is JobState.CANCELLED:
             # Its ranks were stopped by scancel (their "Terminated" lines looked like a failure): not an incident.
@@ -221,6 +224,8 @@ class JobRecoveryWorkflow:
         if not decision.act:
             return steps.observed(rec, number, job, decision)
         stop = restart_rejected(decision)
+        if stop is None and workflow.patched(checkpoints.PATCH_RECORD):
+            await checkpoints.quarantine(rec, number)
         if stop is None:
             stop = await steps.restart(rec, number, job, decision.exclude, expected)
         if stop is not None:

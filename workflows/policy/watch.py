@@ -99,8 +99,7 @@ class WatchDecision(Frozen):
     findings: tuple[LogFinding, ...] = ()
     """The findings behind a ``rank_crash`` anomaly."""
     progress: ProgressState | None = None
-    """The progress to carry on: into the next poll, or back to the workflow. None with a crash or a node failure:
-    their result never carried progress, and the workflow keeps what it learned before."""
+    """The progress to carry on: into the next poll, or back to the workflow (with every outcome)."""
     hang: HangVerdict | None = None
     stragglers: StragglerVerdict | None = None
 
@@ -114,12 +113,15 @@ def decide_poll(facts: WatchFacts) -> WatchDecision:
             return WatchDecision(action=WatchAction.REFRESH_SCHEDULER, progress=facts.progress)
         if _stopped_from_outside(job, facts.last_restart_count):
             findings = ()
+    # Every anomaly carries the ranks' progress back: the incident records the last step seen (the steps a restart
+    # redoes), and the next watch keeps the learned timing.
     if findings:
         anomaly = build_anomaly(AnomalyKind.RANK_CRASH, now, job=job, findings=findings)
-        return _anomaly(anomaly, findings=findings)
+        return _anomaly(anomaly, findings=findings, progress=facts.progress)
     down = facts.unresponsive_nodes if job is None or not job.state.is_terminal() else ()
     if down:
-        return _anomaly(build_anomaly(AnomalyKind.NODE_FAILURE, now, job=job, down_nodes=down))
+        anomaly = build_anomaly(AnomalyKind.NODE_FAILURE, now, job=job, down_nodes=down)
+        return _anomaly(anomaly, progress=facts.progress)
     if job is None:
         return WatchDecision(action=WatchAction.RETURN, outcome=WatchOutcome.GONE, progress=facts.progress)
     if job.restart_count != facts.last_restart_count or job.state is not facts.last_state:
