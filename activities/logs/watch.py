@@ -138,6 +138,7 @@ class WatchActivities:
                 stragglers=inp.stragglers,
                 straggler_action=inp.straggler_action,
                 reported_straggler_nodes=inp.reported_straggler_nodes,
+                sample_due=inp.sample_after_s is not None and (now - started).total_seconds() >= inp.sample_after_s,
             )
             decision = decide_poll(facts)
             if decision.action is WatchAction.REFRESH_SCHEDULER:

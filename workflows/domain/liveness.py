@@ -15,7 +15,7 @@ from workflows.domain.base import Frozen
 __all__ = ["MAX_CHECKPOINT_TIMES", "MAX_LIVENESS_RANKS", "LivenessState", "RankLiveness", "StackMotion"]
 
 #: Ranks tracked (a bound on the state, whatever the agents report).
-MAX_LIVENESS_RANKS = 4096
+MAX_LIVENESS_RANKS = 256
 #: Completion times of the job's checkpoints remembered, newest last: enough to learn its cadence.
 MAX_CHECKPOINT_TIMES = 16
 
@@ -25,9 +25,9 @@ class RankLiveness(Frozen):
 
     rank: int = Field(ge=0)
     node: str = ""
-    signature: str = ""
-    """Its main thread's normalised stack (``stack_signature``); empty when no stack was read."""
-    top: str = ""
+    signature: str = Field("", max_length=64)
+    """A digest of its main thread's normalised stack (``stack_signature``); empty when no stack was read."""
+    top: str = Field("", max_length=200)
     """Its innermost frame, normalised, for the timeline."""
     in_collective: bool = False
     """Its stack is inside a collective (all-reduce, barrier, ... or the autograd engine that runs DDP's)."""
@@ -48,6 +48,10 @@ class LivenessState(Frozen):
     """Completion times of the distinct valid checkpoints seen, oldest first (bounded)."""
     last_checkpoint: str = ""
     """The path of the newest valid checkpoint seen."""
+    restart_count: int = 0
+    """The job's attempt these samples are of: a restarted job's ranks are sampled afresh."""
+    window_note: str = ""
+    """The hang window last said in the timeline (said again only when it changes)."""
 
 
 class StackMotion(StrEnum):

@@ -37,6 +37,9 @@ class JobWatchInput(Frozen):
     straggler_action: StragglerAction = StragglerAction.REPORT
     reported_straggler_nodes: tuple[str, ...] = ()
     """Nodes already reported as stragglers in this attempt: reported again only if the set grows."""
+    sample_after_s: float | None = Field(None, gt=0)
+    """While the running job has shown no step line: return ``SAMPLE`` after this long, so the workflow samples
+    its ranks' stacks and checkpoints (progress without step lines); None: never."""
 
 
 class WatchOutcome(StrEnum):
@@ -45,6 +48,8 @@ class WatchOutcome(StrEnum):
     ANOMALY = "anomaly"
     GONE = "gone"
     """The scheduler no longer lists the job."""
+    SAMPLE = "sample"
+    """The job runs and has shown no step line for ``sample_after_s``: sample its ranks (``JobWatchInput``)."""
 
 
 class JobWatchResult(Frozen):

@@ -44,6 +44,7 @@ __all__ = [
     "judge_resume",
     "quarantine",
     "record_before_restart",
+    "scan",
 ]
 
 #: The scanner's activities (``activities/checkpoints``), called by name: the workflow needs no import of them.
@@ -62,7 +63,7 @@ async def record_before_restart(
     directory = rec.inp.spec.checkpoint_dir
     if not directory:
         return attribution
-    report = await _scan(directory, rec.inp.job_id)
+    report = await scan(directory, rec.inp.job_id)
     found = restart_checkpoint(
         report, directory=directory, last_step=last_seen_step(rec.state.progress), now=workflow.now()
     )
@@ -139,7 +140,7 @@ async def judge_resume(rec: Recorder, number: int, resumed: WaitResumeResult) ->
     )
 
 
-async def _scan(directory: str, job_id: int) -> CheckpointReport | None:
+async def scan(directory: str, job_id: int) -> CheckpointReport | None:
     """The scanner's report; None when it did not answer (recorded as unknown, never as "no checkpoint")."""
     try:
         report: CheckpointReport = await workflow.execute_activity(

@@ -22,6 +22,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     import workflows.job_recovery.checkpoints as checkpoints
     import workflows.job_recovery.ledger as ledger
+    import workflows.job_recovery.liveness as liveness
     import workflows.job_recovery.scheduler as scheduler
     import workflows.job_recovery.state as state
     import workflows.job_recovery.steps as steps
@@ -167,7 +168,10 @@ class JobRecoveryWorkflow:
     async def _watch(self, job: SlurmJob) -> Watched | None:
         """Wait for a change or an anomaly: the heartbeating watch, or a GPU fault signalled by a node agent."""
         rec = self._rec
-        handle = scheduler.start_watch(scheduler.watch_input(self._inp, rec.state, job), job)
+        watch = scheduler.watch_input(self._inp, rec.state, job)
+        if self._inp.detection.silent_sample_s > 0 and workflow.patched(liveness.PATCH_LIVENESS):
+            watch = watch.model_copy(update={"sample_after_s": self._inp.detection.silent_sample_s})
+        handle = scheduler.start_watch(watch, job)
         await workflow.wait_condition(lambda: handle.done() or bool(rec.state.gpu_events) or bool(rec.status.paused_by))
         if not handle.done():
             paused = bool(rec.status.paused_by)
@@ -182,6 +186,8 @@ class JobRecoveryWorkflow:
         if result.outcome is WatchOutcome.GONE or result.job is None:
             return None
         rec.observe(result.job, keep_nodes=result.outcome is WatchOutcome.ANOMALY)
+        if result.outcome is WatchOutcome.SAMPLE:
+            return result.job, await liveness.sample(rec, result.job), ()
         if result.outcome is not WatchOutcome.CHANGED:
             return result.job, result.anomaly, result.findings
         if result.job.restart_count > job.restart_count:

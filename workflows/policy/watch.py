@@ -13,7 +13,8 @@ call these functions, and act on the answer.
 5. The scheduler no longer lists the job: ``GONE``.
 6. Its state or restart count changed: a ``job_failed`` anomaly if it ended in a failure, else ``CHANGED``.
 7. Running: a hang verdict is a ``hang`` anomaly; else (stragglers watched) a straggler verdict naming a node not
-   reported yet in this attempt is a ``straggler`` anomaly.
+   reported yet in this attempt is a ``straggler`` anomaly; else, for a job that never showed a step line or a
+   heartbeat, a due liveness sample returns ``SAMPLE`` (the workflow samples its ranks' stacks and checkpoints).
 8. Otherwise keep watching.
 
 ``decide_resume``: the job gone or cancelled ends the wait; else, once the new log lines are read, the restarted
@@ -80,6 +81,9 @@ class WatchFacts(Frozen):
     stragglers: StragglerPolicy = StragglerPolicy()
     straggler_action: StragglerAction = StragglerAction.REPORT
     reported_straggler_nodes: tuple[str, ...] = ()
+    sample_due: bool = False
+    """This watch was asked to return for a liveness sample (``JobWatchInput.sample_after_s``) and that long has
+    passed since it started."""
 
 
 class WatchAction(StrEnum):
@@ -140,7 +144,14 @@ def decide_poll(facts: WatchFacts) -> WatchDecision:
             if slow.flagged and new_nodes:
                 anomaly = build_anomaly(AnomalyKind.STRAGGLER, now, job=job, verdict=slow)
                 return _anomaly(anomaly, progress=progress, stragglers=slow)
+        if facts.sample_due and not _heard(progress):
+            return WatchDecision(action=WatchAction.RETURN, outcome=WatchOutcome.SAMPLE, progress=progress)
     return WatchDecision(action=WatchAction.KEEP_WATCHING, progress=progress)
+
+
+def _heard(progress: ProgressState) -> bool:
+    """Whether the job ever showed a step line or a heartbeat (then the step-line hang rules watch it)."""
+    return progress.ever_progressed or any(r.last_activity_at is not None for r in progress.ranks)
 
 
 def _stopped_from_outside(job: SlurmJob | None, last_restart_count: int) -> bool:
