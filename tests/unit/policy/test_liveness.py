@@ -8,10 +8,13 @@ from collections.abc import Sequence
 from tests.unit.policy.test_progress_state import at, sample
 from workflows.domain.hang import HangPolicy, WindowBasis
 from workflows.domain.liveness import LivenessState, StackMotion
+from workflows.domain.loop import WatchOutcome
 from workflows.domain.procs import RankProcess, RankStack
 from workflows.domain.progress import ProgressState, note_activity, observe
+from workflows.domain.slurm import SlurmJob
 from workflows.policy.hang import assess_hang, assess_silent_hang, silent_window
 from workflows.policy.stacks import in_collective, note_liveness, stack_motion
+from workflows.policy.watch import WatchAction, WatchFacts, decide_poll
 
 COLLECTIVE = (
     "wait (torch/distributed/distributed_c10d.py:2501)",
@@ -133,3 +136,24 @@ def observe_empty() -> ProgressState:
 def test_step_lines_still_decide_with_heartbeats_present() -> None:
     state = observe(ProgressState(), [sample(0, 1, 0)], at(0))
     assert assess_hang(note_activity(state, 0, at(50)), at(100), HangPolicy(startup_s=120.0)).hung is False
+
+
+# ----- the watch's early return for a sample ------------------------------------------------------------------------
+def _watch_facts(progress: ProgressState, *, due: bool, state: str = "RUNNING") -> WatchFacts:
+    job = SlurmJob.model_validate({"job_id": 7, "state": state, "nodes": ("n1",), "task_count": 2})
+    return WatchFacts(
+        now=at(100), job=job, progress=progress, last_state=job.state, sample_due=due, hang=HangPolicy(startup_s=900)
+    )
+
+
+def test_a_running_job_without_step_lines_returns_for_a_due_sample() -> None:
+    quiet = ProgressState(watching_since=at(0))
+    decision = decide_poll(_watch_facts(quiet, due=True))
+    assert decision.action is WatchAction.RETURN and decision.outcome is WatchOutcome.SAMPLE
+    assert decide_poll(_watch_facts(quiet, due=False)).action is WatchAction.KEEP_WATCHING
+    assert decide_poll(_watch_facts(quiet, due=True, state="PENDING")).action is WatchAction.KEEP_WATCHING
+    # A job that logs steps, or touches its heartbeat, is watched by the step-line rules: no sampling.
+    stepping = observe(ProgressState(), [sample(0, 1, 90)], at(95))
+    assert decide_poll(_watch_facts(stepping, due=True)).action is WatchAction.KEEP_WATCHING
+    beating = note_activity(quiet, 0, at(90))
+    assert decide_poll(_watch_facts(beating, due=True)).action is WatchAction.KEEP_WATCHING
