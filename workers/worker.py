@@ -8,6 +8,8 @@ from datetime import timedelta
 
 from temporalio.worker import Worker
 
+from activities.checkpoints.activities import checkpoint_quarantine, checkpoint_scan
+from activities.checkpoints.scan import scan_checkpoints
 from activities.logs.attribution import AttributionActivities
 from activities.logs.job_logs import LogPolicy
 from activities.logs.watch import WatchActivities
@@ -60,7 +62,8 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
     snapshots = build_snapshot_cache(scheduler, settings.watch)
     discovery = build_discovery_activities(client, snapshots, settings)
     logs = LogPolicy(settings.watch.log_roots, require_owner=settings.watch.log_require_owner)
-    watch = WatchActivities(snapshots, logs)
+    # The resume check looks for a new complete checkpoint of a job that prints no step line.
+    watch = WatchActivities(snapshots, logs, checkpoints=scan_checkpoints)
     attribution = AttributionActivities(scheduler, logs)
     actions = SlurmActionActivities(scheduler)
     notify = NotifyActivities(
@@ -82,6 +85,8 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
             actions.drain_node,
             actions.requeue_job,
             notify.notify_webhook,
+            checkpoint_scan,
+            checkpoint_quarantine,
             *discovery,
             *build_gpu_activities(settings.gpu),
             *build_audit_activities(client, settings),

@@ -86,23 +86,6 @@ WAIT_RESUME: dict[str, Any] = {
     ),
 }
 
-#: The job's checkpoint directory checked before a restart (file structure and sizes, over a shared file system):
-#: bounded, since the restart goes on without it (an unregistered or failing scanner costs seconds, not minutes).
-CHECKPOINT_READ: dict[str, Any] = {
-    "start_to_close_timeout": timedelta(seconds=60),
-    "retry_policy": RetryPolicy(
-        initial_interval=timedelta(seconds=1), maximum_attempts=2, non_retryable_error_types=_PERMANENT
-    ),
-}
-
-#: Setting a partial checkpoint aside (a rename, idempotent by its key) before a restart.
-CHECKPOINT_ACTION: dict[str, Any] = {
-    "start_to_close_timeout": timedelta(seconds=30),
-    "retry_policy": RetryPolicy(
-        initial_interval=timedelta(seconds=1), maximum_attempts=3, non_retryable_error_types=_PERMANENT
-    ),
-}
-
 #: A best-effort read of a node's GPUs during attribution: a dead agent must not stall the recovery.
 NODE_AGENT_QUICK_READ: dict[str, Any] = {
     "schedule_to_start_timeout": timedelta(seconds=2),
@@ -153,6 +136,19 @@ TEMPORAL_START: dict[str, Any] = {
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=10),
         maximum_attempts=5,
+        non_retryable_error_types=_PERMANENT,
+    ),
+}
+
+#: Reading or setting aside a job's checkpoints on a shared file system (``checkpoint_scan``,
+#: ``checkpoint_quarantine``): stat calls and small reads, bounded; both are idempotent, so a retry is safe.
+CHECKPOINT_IO: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(minutes=5),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=2),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=3,
         non_retryable_error_types=_PERMANENT,
     ),
 }

@@ -22,19 +22,18 @@ from tests.workflows.test_job_recovery import Handle, Harness, until
 from workflows.domain.checkpoints import (
     CheckedCheckpoint,
     CheckpointFormat,
+    CheckpointQuarantineInput,
+    CheckpointQuarantineResult,
     CheckpointRef,
     CheckpointReport,
+    CheckpointScanInput,
     CheckpointStatus,
     IncompleteCheckpoint,
+    QuarantineAction,
 )
 from workflows.domain.incident import ActionKind, AnomalyKind
 from workflows.domain.recovery import JobRecoveryInput, RecoverySpec, RecoveryState
-from workflows.domain.resume_point import (
-    CheckpointQuarantineInput,
-    CheckpointQuarantineResult,
-    CheckpointScanInput,
-    ResumePoint,
-)
+from workflows.domain.resume_point import ResumePoint
 from workflows.job_recovery import JobRecoveryWorkflow
 
 _STEP = re.compile(r"step=(\d+)")
@@ -75,7 +74,7 @@ def scan_lightning_dir(directory: Path) -> CheckpointReport:
 
 @activity.defn(name="checkpoint_scan")
 async def fake_checkpoint_scan(inp: CheckpointScanInput) -> CheckpointReport:
-    return scan_lightning_dir(Path(inp.directory))
+    return scan_lightning_dir(Path(inp.dir))
 
 
 QUARANTINED: list[CheckpointQuarantineInput] = []
@@ -83,12 +82,16 @@ QUARANTINED: list[CheckpointQuarantineInput] = []
 
 @activity.defn(name="checkpoint_quarantine")
 async def fake_checkpoint_quarantine(inp: CheckpointQuarantineInput) -> CheckpointQuarantineResult:
-    """Renames the partial save aside (never deletes), as the real activity does."""
+    """Renames every unfinished save aside (never deletes), as the real activity does."""
     QUARANTINED.append(inp)
-    target = inp.path + ".rebound-quarantined"
-    if os.path.exists(inp.path):  # noqa: ASYNC240 - a test fake on a tmp dir
-        os.rename(inp.path, target)
-    return CheckpointQuarantineResult(done=os.path.exists(target), moved_to=target)  # noqa: ASYNC240
+    moved = []
+    for name in sorted(os.listdir(inp.dir)):  # noqa: ASYNC240 - a test fake on a tmp dir
+        if name.endswith(".ckpt.tmp"):
+            source = os.path.join(inp.dir, name)
+            os.rename(source, source + ".rebound-quarantined")
+            moved.append(source)
+    action = QuarantineAction.QUARANTINED if moved else QuarantineAction.NOTHING
+    return CheckpointQuarantineResult(action=action, reason="unfinished saves", set_aside=tuple(moved))
 
 
 class ResumeHarness(Harness):
@@ -202,7 +205,7 @@ async def test_the_incident_records_the_checkpoint_quarantines_a_partial_save_an
 ) -> None:
     ckpt = _lightning_dir(h, partial=True)
     job = h.sched.submit(h.nodes[:2], name="lightning")
-    handle = await h.start_spec(job.job_id, checkpoint_dir=str(ckpt), ckpt_fallback="quarantine")
+    handle = await h.start_spec(job.job_id, checkpoint_dir=str(ckpt), checkpoint_fallback="quarantine")
     await until(handle, lambda s: s.state is RecoveryState.WATCHING)
     await _crash_and_restart(h, job.job_id, handle, last_step=203)
 
@@ -211,7 +214,7 @@ async def test_the_incident_records_the_checkpoint_quarantines_a_partial_save_an
     assert found is not None and found.latest_valid is not None and found.latest_valid.step == 180
     assert found.last_seen_step == 203 and found.steps_lost == 23
     assert found.partial_newest is not None and found.partial_newest.path.endswith("step=200.ckpt.tmp")
-    assert found.quarantined.endswith("step=200.ckpt.tmp.rebound-quarantined")
+    assert found.quarantined == (str(ckpt / "epoch=0-step=200.ckpt.tmp"),)
     assert not (ckpt / "epoch=0-step=200.ckpt.tmp").exists()
     quarantine = [a for a in st.incidents[0].actions if a.kind is ActionKind.QUARANTINE]
     assert len(quarantine) == 1 and quarantine[0].verified_at is not None

@@ -11,23 +11,7 @@ from pydantic import Field
 from workflows.domain.base import Frozen
 from workflows.domain.checkpoints import CheckedCheckpoint, CheckpointRef, IncompleteCheckpoint
 
-__all__ = [
-    "CheckpointFallback",
-    "CheckpointQuarantineInput",
-    "CheckpointQuarantineResult",
-    "CheckpointScanInput",
-    "ResumePoint",
-    "RestartCheckpoint",
-]
-
-
-class CheckpointFallback(StrEnum):
-    """What Rebound does about a partial newest checkpoint before a restart (policy ``ckpt_fallback``)."""
-
-    OFF = "off"
-    """Record and name it; touch nothing (the default)."""
-    QUARANTINE = "quarantine"
-    """Set it aside (``checkpoint_quarantine``) so the framework's own resume picks the previous complete one."""
+__all__ = ["ResumePoint", "RestartCheckpoint"]
 
 
 class RestartCheckpoint(Frozen):
@@ -46,8 +30,8 @@ class RestartCheckpoint(Frozen):
     """A save newer than ``latest_valid`` that was started and not finished (the framework may try to load it)."""
     previous_valid: CheckedCheckpoint | None = None
     """The newest valid checkpoint older than ``latest_valid``: what is left if ``latest_valid`` cannot be loaded."""
-    quarantined: str = ""
-    """What ``ckpt_fallback=quarantine`` set aside before the restart (empty: nothing)."""
+    quarantined: tuple[str, ...] = ()
+    """What ``ckpt_fallback=quarantine`` set aside before the restart (paths moved, trackers rewritten)."""
     error: str = ""
     """The directory could not be scanned: nothing is known about its checkpoints (never read as "none")."""
     summary: str = ""
@@ -66,27 +50,3 @@ class ResumePoint(StrEnum):
     """Nothing said where it started (no load line, no step line, or a step the rules cannot place)."""
     NO_CHECKPOINT = "no_checkpoint"
     """No valid checkpoint existed (or none was looked for): from scratch is what it could do."""
-
-
-class CheckpointScanInput(Frozen):
-    """``checkpoint_scan``: check the job's checkpoint directory (structure only, never unpickling as root)."""
-
-    directory: str
-    job_id: int = 0
-
-
-class CheckpointQuarantineInput(Frozen):
-    """``checkpoint_quarantine``: set a partial save aside so the framework's resume picks the previous one."""
-
-    directory: str
-    path: str
-    """The partial checkpoint (from the scan recorded in the incident)."""
-    key: str
-    """Idempotency key of the decision (``<workflow id>/incident-<n>/quarantine``)."""
-
-
-class CheckpointQuarantineResult(Frozen):
-    done: bool
-    """Whether the partial save is now out of the framework's way."""
-    moved_to: str = ""
-    detail: str = ""

@@ -1,8 +1,8 @@
 """JobRecovery and the job's checkpoints: recorded before every restart, a partial newest save set aside when the
 policy asks (``ckpt_fallback=quarantine``), the resume judged against them afterwards.
 
-The decisions are ``workflows.policy.resume_point``; here the activities (``checkpoint_scan``,
-``checkpoint_quarantine``, the scanner's, on the worker's queue) are started and the results recorded. A scan or
+The decisions are ``workflows.policy.resume_point``; here the activities (``activities.checkpoints``:
+``checkpoint_scan``, ``checkpoint_quarantine``, on the central worker) are started and the results recorded. A scan or
 quarantine that fails is noted and the recovery goes on: a failed lookup is never read as "no checkpoint". These
 calls add commands, so the workflow makes them only behind ``workflow.patched`` (ids in ``PATCH_*``).
 """
@@ -14,19 +14,22 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.job_recovery.ledger as ledger
+    from activities.checkpoints.activities import checkpoint_quarantine, checkpoint_scan
     from workflows.constants import isolation_request_id
-    from workflows.domain.checkpoints import CheckpointReport
+    from workflows.domain.checkpoints import (
+        CheckpointQuarantineInput,
+        CheckpointReport,
+        CheckpointScanInput,
+        QuarantineAction,
+    )
     from workflows.domain.incident import ActionKind, ActionRecord, Attribution, FailureClass, LogFinding
     from workflows.domain.loop import WaitResumeResult
     from workflows.domain.notify import NotificationKind, Severity
-    from workflows.domain.resume_point import (
-        CheckpointQuarantineInput,
-        CheckpointQuarantineResult,
-        CheckpointScanInput,
-        ResumePoint,
-    )
+    from workflows.domain.resume_point import ResumePoint
+    from workflows.domain.slurm import SlurmJob
     from workflows.job_recovery.recorder import Recorder
-    from workflows.options import CHECKPOINT_ACTION, CHECKPOINT_READ
+    from workflows.options import CHECKPOINT_IO
+    from workflows.policy.optin import checkpoint_fallback
     from workflows.policy.resume_point import (
         corrupt_checkpoint_retry,
         from_scratch_anomaly,
@@ -37,8 +40,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 __all__ = [
-    "CHECKPOINT_QUARANTINE_ACTIVITY",
-    "CHECKPOINT_SCAN_ACTIVITY",
     "PATCH_RECORD",
     "PATCH_VERIFY",
     "judge_resume",
@@ -47,9 +48,6 @@ __all__ = [
     "scan",
 ]
 
-#: The scanner's activities (``activities/checkpoints``), called by name: the workflow needs no import of them.
-CHECKPOINT_SCAN_ACTIVITY = "checkpoint_scan"
-CHECKPOINT_QUARANTINE_ACTIVITY = "checkpoint_quarantine"
 #: ``workflow.patched`` ids: the scan (and quarantine) before a restart; the resume judged against the checkpoint.
 PATCH_RECORD = "ckpt-record-before-restart"
 PATCH_VERIFY = "verify-resume-point"
@@ -70,14 +68,14 @@ async def record_before_restart(
     rec.set_status(ledger.set_checkpoint(rec.status, number, found))
     rec.record("CHECKPOINT", found.summary, number)
     earlier = [i for i in rec.status.incidents if i.number != number]
-    return corrupt_checkpoint_retry(attribution, findings, found, rec.inp.spec.ckpt_fallback, earlier)
+    return corrupt_checkpoint_retry(attribution, findings, found, checkpoint_fallback(rec.inp.spec), earlier)
 
 
-async def quarantine(rec: Recorder, number: int) -> None:
+async def quarantine(rec: Recorder, number: int, job: SlurmJob) -> None:
     """With ``ckpt_fallback=quarantine``: set the partial newest save aside before the restart (once per incident:
-    the action is recorded with its key first, and the activity is idempotent by it)."""
+    the action is recorded with its key first, and the activity is idempotent)."""
     found = rec.incident(number).checkpoint
-    if found is None or found.partial_newest is None or not should_quarantine(rec.inp.spec.ckpt_fallback, found):
+    if found is None or found.partial_newest is None or not should_quarantine(checkpoint_fallback(rec.inp.spec), found):
         return
     key = f"{isolation_request_id(workflow.info().workflow_id, number)}/quarantine"
     target = found.partial_newest.path
@@ -86,24 +84,23 @@ async def quarantine(rec: Recorder, number: int) -> None:
         rec.set_status(ledger.add_action(rec.status, number, decided))
         rec.record("QUARANTINE", f"decided (key {key}): set {target} aside", number)
     try:
-        done: CheckpointQuarantineResult = await workflow.execute_activity(
-            CHECKPOINT_QUARANTINE_ACTIVITY,
-            CheckpointQuarantineInput(directory=found.dir, path=target, key=key),
-            result_type=CheckpointQuarantineResult,
+        done = await workflow.execute_activity(
+            checkpoint_quarantine,
+            CheckpointQuarantineInput(dir=found.dir, expected_owner_uid=job.user_id),
             summary=f"Set the partial checkpoint {target} aside",
-            **CHECKPOINT_ACTION,
+            **CHECKPOINT_IO,
         )
     except ActivityError as e:
-        rec.record(
-            "QUARANTINE", f"failed: {e.cause or e}; the restart goes on, the framework may load {target}", number
-        )
+        why = e.cause or e
+        rec.record("QUARANTINE", f"failed: {why}; the restart goes on, the framework may load {target}", number)
         return
-    result = f"moved to {done.moved_to}" if done.done else f"not moved: {done.detail}"
-    verified = decided.model_copy(update={"verified_at": workflow.now() if done.done else None, "result": result})
+    moved = done.action is QuarantineAction.QUARANTINED
+    result = f"{done.action.value}: {', '.join(done.set_aside) or '-'} ({done.reason})"
+    verified = decided.model_copy(update={"verified_at": workflow.now() if moved else None, "result": result})
     rec.set_status(ledger.replace_action(rec.status, number, verified))
-    if done.done:
+    if moved:
         rec.set_status(
-            ledger.set_checkpoint(rec.status, number, found.model_copy(update={"quarantined": done.moved_to}))
+            ledger.set_checkpoint(rec.status, number, found.model_copy(update={"quarantined": done.set_aside}))
         )
     rec.record("QUARANTINE", f"{target}: {result}", number)
 
@@ -144,11 +141,10 @@ async def scan(directory: str, job_id: int) -> CheckpointReport | None:
     """The scanner's report; None when it did not answer (recorded as unknown, never as "no checkpoint")."""
     try:
         report: CheckpointReport = await workflow.execute_activity(
-            CHECKPOINT_SCAN_ACTIVITY,
-            CheckpointScanInput(directory=directory, job_id=job_id),
-            result_type=CheckpointReport,
-            summary=f"Check the checkpoints in {directory}",
-            **CHECKPOINT_READ,
+            checkpoint_scan,
+            CheckpointScanInput(dir=directory),
+            summary=f"Check the checkpoints of job {job_id} in {directory}",
+            **CHECKPOINT_IO,
         )
     except ActivityError:
         return None

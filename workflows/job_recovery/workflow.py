@@ -231,7 +231,7 @@ class JobRecoveryWorkflow:
             return steps.observed(rec, number, job, decision)
         stop = restart_rejected(decision)
         if stop is None and workflow.patched(checkpoints.PATCH_RECORD):
-            await checkpoints.quarantine(rec, number)
+            await checkpoints.quarantine(rec, number, job)
         if stop is None:
             stop = await steps.restart(rec, number, job, decision.exclude, expected)
         if stop is not None:

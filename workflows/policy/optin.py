@@ -35,10 +35,11 @@ from typing import Any
 from pydantic import ValidationError, field_validator
 
 from workflows.domain.base import Frozen
+from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.recovery import RecoverySpec
 from workflows.domain.slurm import SlurmJob
 
-__all__ = ["OptInError", "JobSelector", "parse_comment", "select", "spec_for"]
+__all__ = ["OptInError", "JobSelector", "checkpoint_fallback", "parse_comment", "select", "spec_for", "with_fallback"]
 
 #: Comment key -> ``RecoverySpec`` field.
 KEYS = {
@@ -49,6 +50,7 @@ KEYS = {
     "hang": "hang_after_s",
     "heartbeat": "heartbeat",
     "stragglers": "stragglers",
+    "ckpt_fallback": "checkpoint_fallback",
 }
 #: Keys that may repeat or list several comma-separated globs.
 _GLOB_KEYS = ("logs", "heartbeat")
@@ -182,6 +184,23 @@ def spec_for(job: SlurmJob, selectors: Iterable[JobSelector]) -> RecoverySpec | 
     return selected.model_copy(update={name: getattr(own, name) for name in own.model_fields_set})
 
 
+def with_fallback(spec: RecoverySpec, operator_default: CheckpointFallback) -> RecoverySpec:
+    """``spec`` with its checkpoint fallback decided: the job's own (comment or selector), else the operator's.
+
+    Args:
+        spec: The job's spec (``spec_for``).
+        operator_default: The operator's setting (``checkpoints.fallback``).
+    """
+    if spec.checkpoint_fallback is not None:
+        return spec
+    return spec.model_copy(update={"checkpoint_fallback": operator_default})
+
+
+def checkpoint_fallback(spec: RecoverySpec) -> CheckpointFallback:
+    """What may be done about a partial newest checkpoint of this job before a restart (off when undecided)."""
+    return spec.checkpoint_fallback or CheckpointFallback.OFF
+
+
 def _is_whole_item(comment: str, start: int, end: int) -> bool:
     """True when ``comment[start:end]`` is alone between item separators (or the comment's ends)."""
     before = _ITEM_SEPARATORS.split(comment[:start])[-1]
@@ -238,6 +257,10 @@ def _value(key: str, value: str) -> object:
         if value.lower() not in ("off", "report", "restart"):
             raise OptInError(key, f"expected off, report or restart, got {value!r}")
         return value.lower()
+    if key == "ckpt_fallback":
+        if value.lower() not in {f.value for f in CheckpointFallback}:
+            raise OptInError(key, f"expected quarantine or off, got {value!r}")
+        return CheckpointFallback(value.lower())
     return _absolute(key, value)
 
 

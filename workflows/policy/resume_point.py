@@ -30,7 +30,13 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from workflows.domain.anomaly import build_anomaly
-from workflows.domain.checkpoints import CheckedCheckpoint, CheckpointReport, CheckpointStatus, IncompleteCheckpoint
+from workflows.domain.checkpoints import (
+    CheckedCheckpoint,
+    CheckpointFallback,
+    CheckpointReport,
+    CheckpointStatus,
+    IncompleteCheckpoint,
+)
 from workflows.domain.findings import FindingKind
 from workflows.domain.incident import (
     Anomaly,
@@ -42,7 +48,7 @@ from workflows.domain.incident import (
 )
 from workflows.domain.loop import WaitResumeResult
 from workflows.domain.progress import ProgressState
-from workflows.domain.resume_point import CheckpointFallback, RestartCheckpoint, ResumePoint
+from workflows.domain.resume_point import RestartCheckpoint, ResumePoint
 
 __all__ = [
     "CHECKPOINT_CORRUPT_CAUSE",

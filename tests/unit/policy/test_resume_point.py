@@ -5,6 +5,7 @@ from __future__ import annotations
 from tests.unit.policy.test_progress_state import at, sample
 from workflows.domain.checkpoints import (
     CheckedCheckpoint,
+    CheckpointFallback,
     CheckpointFormat,
     CheckpointRef,
     CheckpointReport,
@@ -15,7 +16,7 @@ from workflows.domain.findings import Cause, FindingKind
 from workflows.domain.incident import AnomalyKind, Attribution, FailureClass, Incident, LogFinding
 from workflows.domain.loop import ResumeOutcome, WaitResumeResult
 from workflows.domain.progress import ProgressState, observe
-from workflows.domain.resume_point import CheckpointFallback, RestartCheckpoint, ResumePoint
+from workflows.domain.resume_point import RestartCheckpoint, ResumePoint
 from workflows.policy.resume_point import (
     corrupt_checkpoint_retry,
     from_scratch_anomaly,
@@ -108,7 +109,7 @@ def test_quarantine_only_when_asked_with_a_partial_save_and_a_complete_one_to_fa
     assert not should_quarantine(CheckpointFallback.OFF, found)
     assert not should_quarantine(CheckpointFallback.QUARANTINE, found.model_copy(update={"partial_newest": None}))
     assert not should_quarantine(CheckpointFallback.QUARANTINE, found.model_copy(update={"latest_valid": None}))
-    assert not should_quarantine(CheckpointFallback.QUARANTINE, found.model_copy(update={"quarantined": "/ck/x.q"}))
+    assert not should_quarantine(CheckpointFallback.QUARANTINE, found.model_copy(update={"quarantined": ("/ck/x",)}))
     assert not should_quarantine(CheckpointFallback.QUARANTINE, None)
 
 
