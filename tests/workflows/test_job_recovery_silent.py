@@ -38,7 +38,8 @@ PARKED = (
     "all_reduce (/venv/torch/distributed/distributed_c10d.py:2498)",
     "training_step (/home/u/train.py:40)",
 )
-MOVING = ("forward (/venv/torch/nn/modules/linear.py:{n})", "training_step (/home/u/train.py:{n})")
+#: Where a running rank is at each dump: another function every time (line numbers are not compared).
+MOVING = ("layer_{n} (/home/u/model.py:10)", "training_step (/home/u/train.py:30)")
 
 
 class FakeAgent:
@@ -115,5 +116,26 @@ async def test_ranks_whose_stacks_move_are_not_a_hang(h: ResumeHarness) -> None:
         await asyncio.sleep(6)  # twice the window
         st = await handle.query(JobRecoveryWorkflow.status)
         assert not st.incidents and st.state is RecoveryState.WATCHING
-        assert agents[0].dumps >= 3
+        assert agents[0].dumps >= 3  # sampled several times (the parked twin above is a hang in ~4 s)
+        assert [e.event for e in st.timeline].count("LIVENESS") == 1  # the window said once
+        await handle.terminate()
+
+
+async def test_a_restarted_job_without_step_lines_is_verified_by_its_moving_stacks(h: ResumeHarness) -> None:
+    job = h.sched.submit(h.nodes[:2], name="lightning")
+    agents = [FakeAgent(node, 2 * i) for i, node in enumerate(h.nodes)]
+    for agent in agents:
+        agent.moving = True
+    async with AsyncExitStack() as stack:
+        handle = await _start(h, job.job_id, agents, stack)
+        await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        h.log(job.job_id, 2, f"{now} [ERROR] rank=2/4 node={h.nodes[1]} fatal error: exiting with code 13")
+        h.sched.fail_job(job.job_id, exit_code=13)
+        await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
+        h.sched.schedule()
+        st = await until(handle, lambda s: bool(s.incidents) and s.incidents[0].resumed_at is not None, timeout=30)
+        watching = [e.detail for e in st.timeline if e.event == "WATCHING"]
+        assert watching[-1].endswith("[signal: stacks]")
+        assert st.incidents[0].outcome == "resumed"
         await handle.terminate()

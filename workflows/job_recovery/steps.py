@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.job_recovery.evidence as evidence
     import workflows.job_recovery.fleet_exchange as fleet_exchange
     import workflows.job_recovery.ledger as ledger
+    import workflows.job_recovery.liveness as liveness
     import workflows.job_recovery.scheduler as scheduler
     import workflows.job_recovery.state as state
     from workflows import metrics
@@ -211,13 +212,17 @@ async def verify(
     signals = verify_signals(rec.inp.spec)
     rec.set_state(RecoveryState.VERIFYING, f"waiting for the job to train again ({signals})", number)
     found = rec.incident(number).checkpoint
-    resumed = await scheduler.wait_resume(
+    wait = scheduler.wait_resume_input(
         rec.inp,
         offsets=rec.status.log_offsets,
         expected_restarts=rec.status.restart_count,
         not_before=rec.incident(number).restarted_at,
         restart_checkpoint=found.latest_valid if found is not None else None,
     )
+    if rec.inp.detection.silent_sample_s > 0 and workflow.patched(liveness.PATCH_VERIFY_STACKS):
+        resumed = await liveness.wait_resume_or_stacks(rec, wait)
+    else:
+        resumed = await scheduler.wait_resume(wait)
     rec.update_status(log_offsets=resumed.offsets)
     if resumed.job is not None:
         rec.observe(resumed.job)
