@@ -11,6 +11,7 @@ import getpass
 import os
 import sys
 from collections.abc import Awaitable
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowUpdateFailedError
@@ -28,6 +29,7 @@ from workflows.domain.fleet import (
     FleetStatus,
     ModeChange,
 )
+from workflows.policy.fleet import active_suspicions
 
 __all__ = ["add_fleet_parsers", "fleet_status", "reset_breaker", "run_fleet_command"]
 
@@ -154,14 +156,28 @@ def _breaker_line(br: BreakerStatus) -> str:
     return f"breaker: {br.drained_in_window}/{br.cap} drains in the window, {state}"
 
 
-def format_nodes(st: FleetStatus) -> str:
-    """Nodes, approvals and breaker as a readable table."""
+#: ``rebound nodes`` lists at most this many suspicions (the newest); ``--json`` has them all.
+MAX_SUSPICIONS_SHOWN = 20
+
+
+def format_nodes(st: FleetStatus, now: datetime | None = None) -> str:
+    """Nodes, suspicions, approvals and breaker as a readable table (suspicions within the window of ``now``)."""
     lines = [_mode_line(st), _breaker_line(st.breaker), ""]
     lines.append(f"{'node':<10} {'state':<9} {'since':<20} {'incidents':>9}  reason")
     for name in sorted(st.state.nodes):
         r = st.state.nodes[name]
         since = f"{r.since:%Y-%m-%d %H:%M:%S}" if r.since else "-"
         lines.append(f"{name:<10} {r.state.value:<9} {since:<20} {len(r.incidents):>9}  {r.reason[:70]}")
+    suspicions = active_suspicions(st.state, st.policy, now or datetime.now(UTC))
+    lines.append("")
+    lines.append(
+        f"suspicions (excluded from one job's placement, not drained; implicated again within "
+        f"{st.policy.suspicion_window_s / 3600:g} h: drained): {len(suspicions)}"
+    )
+    for node, i in suspicions[:MAX_SUSPICIONS_SHOWN]:
+        lines.append(f"  {node:<10} {i.at:%Y-%m-%d %H:%M:%S}  job {i.job_id} ({i.incident}: {i.cause})")
+    if len(suspicions) > MAX_SUSPICIONS_SHOWN:
+        lines.append(f"  ... {len(suspicions) - MAX_SUSPICIONS_SHOWN} more (rebound nodes --json)")
     pending = [a for a in st.state.approvals if a.outcome is ApprovalOutcome.PENDING]
     lines.append("")
     lines.append(f"pending approvals: {len(pending)}")

@@ -116,6 +116,8 @@ def render_timeline(st: JobRecoveryStatus) -> str:
                 f"nodes {','.join(att.implicated_nodes) or '-'} ranks {','.join(map(str, att.implicated_ranks)) or '-'}"
             )
             lines.append(f"              {att.explanation}")
+            if att.action is not None:
+                lines.append(f"  action      {att.action.value}: {att.action_reason}")
             for ev in att.evidence[:4]:
                 where = f"{ev.node or ''}{f' rank {ev.rank}' if ev.rank is not None else ''}".strip()
                 lines.append(f"              [{ev.source.value}{' ' + where if where else ''}] {ev.text[:140]}")

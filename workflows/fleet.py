@@ -4,11 +4,13 @@ Every JobRecovery asks the Fleet (signal ``request_isolation``) before anything 
 job, and waits for its answer (signal ``isolation_decided`` back). The Fleet applies, in one place and in order:
 the mode (observe, canary, act), drains by others (evidence, never touched), cross-job correlation (many nodes
 failing together across jobs: an operator decides), the approval policy (low confidence, protected partitions,
-the Nth restart of a job), and the breaker (a cap on Rebound's drains per window). Drains it may do, it does and
-verifies; the rest wait for an operator (update ``answer_approval``; ``rebound approve|reject``) until the
-policy's deadline. Drained nodes get a health check from their node agent and return to service, or are held for
-repair (failed check, or a lemon: too many incidents). Decisions live in ``workflows.policy.fleet``; this class
-sequences and records.
+the Nth restart of a job), and the breaker (a cap on Rebound's drains per window). A request on the action
+ladder's ``exclude`` rung only records a suspicion of its nodes and keeps them out of that job's next placement;
+the same node implicated again within the suspicion window is drained (``workflows.policy.fleet.suspicion``).
+Drains it may do, it does and verifies; the rest wait for an operator (update ``answer_approval``;
+``rebound approve|reject``) until the policy's deadline. Drained nodes get a health check from their node agent
+and return to service, or are held for repair (failed check, or a lemon: too many incidents). Decisions live in
+``workflows.policy.fleet``; this class sequences and records.
 """
 
 from __future__ import annotations
@@ -54,11 +56,16 @@ with workflow.unsafe.imports_passed_through():
         NodeRecord,
     )
     from workflows.domain.gpu import NodeHealthCheckInput, NodeHealthCheckResult
+    from workflows.domain.incident import ActionRung
     from workflows.domain.loop import DrainInput
     from workflows.domain.notify import Notification, NotificationKind, NotifyField, Severity
     from workflows.domain.slurm import ClusterSnapshot
     from workflows.notify import notify
     from workflows.options import CLUSTER_ACTION, NODE_AGENT_QUICK_READ, SCHEDULER_READ
+
+#: Requests on the ``exclude`` rung record suspicions instead of drains (histories from before read every request
+#: as a drain request, as they were decided).
+FLEET_SUSPICIONS_PATCH = "fleet-suspicions"
 
 #: Wake up at least this often to expire approvals and run health checks.
 _MAX_SLEEP_S = 60.0
@@ -166,9 +173,13 @@ class FleetWorkflow:
         if done is not None:
             await self._reply(req, done)  # a retried request: the same answer again
             return
+        if not workflow.patched(FLEET_SUSPICIONS_PATCH):
+            # Recorded before suspicions existed: every request was a drain request.
+            req = req.model_copy(update={"rung": ActionRung.DRAIN})
         view = await self._view()
         now = workflow.now()
         self._state = policy.sync_with_view(self._state, view, now)
+        self._state = policy.clear_stale_suspects(self._state, self._policy, now)
         self._state = policy.note_incident(self._state, req, now, self._policy)
         verdict = policy.decide_isolation(self._state, req, self._policy, view, now)
         reasons = list(verdict.reasons)
@@ -194,6 +205,8 @@ class FleetWorkflow:
             approvals=tuple(approvals),
             reasons=tuple(reasons),
             decided_at=workflow.now(),
+            suspected=verdict.suspected,
+            job_exclusion=verdict.job_exclusion if verdict.act else None,
         )
         if verdict.act and verdict.restart_needs_approval:
             self._state, approval = policy.open_approval(

@@ -32,7 +32,8 @@ class GroundTruth(Frozen):
     """What a perfect Rebound does about an injected fault."""
 
     node: str | None
-    """The node to blame (and drain); None: the user's code, no node is at fault."""
+    """The node to blame (excluded from the job's next placement; drained only on node-level evidence); None: the
+    user's code, no node is at fault."""
     restart: bool
     """Whether restarting the job is the right response."""
 

@@ -1,10 +1,11 @@
 """End to end on the test lab: a recovery survives its worker being SIGKILLed, or Temporal restarting, mid-way.
 
-Each test breaks a monitored demo job (rank 3 crashes), stops the lab's Rebound worker with SIGKILL at one
+Each test breaks a monitored demo job (rank 3 crashes; where the kill must land inside a drain, rank 3's GPU
+reports XID 79 instead: a crash alone only excludes its node), stops the lab's Rebound worker with SIGKILL at one
 stage of the recovery, starts a new worker, and checks that the recovery completes exactly once: slurmctld's
-own log shows one drain (with this incident's reason) and one requeue, the job's restart count went up by one,
-and the workflow's incident holds one verified action of each kind. The last test restarts the Temporal server
-(its SQLite file kept) instead.
+own log shows one drain (with this incident's reason, for the XID) and one requeue, the job's restart count went
+up by one, and the workflow's incident holds one verified action of each kind. The last test restarts the
+Temporal server (its SQLite file kept) instead.
 
 To stop the worker *inside* the drain or the requeue, those tests run a worker whose ``scontrol`` sleeps 3 s
 before acting (``REBOUND_SLURM__BIN_DIR``: a wrapper, no production change), and kill it once the timeline shows
@@ -107,7 +108,7 @@ async def test_worker_killed_right_after_detection(lab: LabHandle) -> None:
         lab.lab.rebound.start()
 
         await rec.wait_resumed(timeout_s=AFTER_KILL_S)
-        await assert_recovered_once(lab, rec, base, bad_node=record.node)
+        await assert_recovered_once(lab, rec, base, bad_node=record.node, drained=False)
         _report(f"kill at {st.state.value}", rec, killed_at, record.t0_epoch, lab, mark, record.node)
 
 
@@ -116,22 +117,27 @@ async def test_worker_killed_during_the_drain(lab: LabHandle, tmp_path: Path) ->
         async with monitored_demo(lab, "kill-drain") as (job, rec):
             base = await baseline(lab, job)
             mark = worker_log_mark(lab)
-            record = inject(lab.layout, "crash", run=job.run, rank=CRASH_RANK)
+            # A drain needs node-level evidence (a rank's crash only excludes its node): an XID the node agent reads.
+            record = inject(lab.layout, "gpu-fault", run=job.run, rank=CRASH_RANK, xid=79)
             assert record.node is not None
-            await rec.wait_timeline("FLEET", "asked", timeout_s=20)  # the Fleet drains: wait for its scontrol
-            wait_for_worker_command(lab, "scontrol", "update", f"nodename={record.node}", "state=drain")
-            killed_at = time.time()
-            sigkill_worker(lab)
-            assert base.ctld.drains() == [], "the drain was done before the kill: not a kill during the drain"
-            # The dead worker's scontrol still drains the node: done, but never reported to Temporal.
-            lab.wait_for(base.ctld.drains, 10)
-            lab.lab.rebound.start()  # the lab's normal worker takes over
+            try:
+                await rec.wait_timeline("FLEET", "asked", timeout_s=20)  # the Fleet drains: wait for its scontrol
+                wait_for_worker_command(lab, "scontrol", "update", f"nodename={record.node}", "state=drain")
+                killed_at = time.time()
+                sigkill_worker(lab)
+                assert base.ctld.drains() == [], "the drain was done before the kill: not a kill during the drain"
+                # The dead worker's scontrol still drains the node: done, but never reported to Temporal.
+                lab.wait_for(base.ctld.drains, 10)
+                lab.lab.rebound.start()  # the lab's normal worker takes over
 
-            await rec.wait_resumed(timeout_s=AFTER_KILL_S)
-            await assert_recovered_once(lab, rec, base, bad_node=record.node)
-            # Two drain attempts (the killed one, then the retry), one drain in Slurm: the retry noticed.
-            assert _drain_attempts(lab, mark, record.node) >= 2
-            _report("kill during drain", rec, killed_at, record.t0_epoch, lab, mark, record.node)
+                await rec.wait_resumed(timeout_s=AFTER_KILL_S)
+                await assert_recovered_once(lab, rec, base, bad_node=record.node)
+                # Two drain attempts (the killed one, then the retry), one drain in Slurm: the retry noticed.
+                assert _drain_attempts(lab, mark, record.node) >= 2
+                _report("kill during drain", rec, killed_at, record.t0_epoch, lab, mark, record.node)
+            finally:
+                for n in base.nodes:  # the XID was appended to the node's fake NVML state: repair the "hardware"
+                    lab.lab.rebound.reset_gpus(n)
 
 
 async def test_worker_killed_during_the_requeue(lab: LabHandle, tmp_path: Path) -> None:
@@ -151,7 +157,7 @@ async def test_worker_killed_during_the_requeue(lab: LabHandle, tmp_path: Path) 
             lab.lab.rebound.start()
 
             await rec.wait_resumed(timeout_s=AFTER_KILL_S)
-            await assert_recovered_once(lab, rec, base, bad_node=record.node)
+            await assert_recovered_once(lab, rec, base, bad_node=record.node, drained=False)
             assert _requeue_attempts(lab, mark, job.job_id) >= 2
             _report("kill during requeue", rec, killed_at, record.t0_epoch, lab, mark, record.node)
 
@@ -169,7 +175,7 @@ async def test_worker_killed_while_waiting_for_the_resume(lab: LabHandle) -> Non
         lab.lab.rebound.start()
 
         await rec.wait_resumed(timeout_s=AFTER_KILL_S)
-        await assert_recovered_once(lab, rec, base, bad_node=record.node)
+        await assert_recovered_once(lab, rec, base, bad_node=record.node, drained=False)
         _report("kill while verifying", rec, killed_at, record.t0_epoch, lab, mark, record.node)
 
 
@@ -179,7 +185,8 @@ async def test_temporal_restart_during_the_drain(lab: LabHandle, tmp_path: Path)
             base = await baseline(lab, job)
             mark = worker_log_mark(lab)
             pid = worker_pid(lab)
-            record = inject(lab.layout, "crash", run=job.run, rank=CRASH_RANK)
+            # A drain needs node-level evidence (a rank's crash only excludes its node): an XID the node agent reads.
+            record = inject(lab.layout, "gpu-fault", run=job.run, rank=CRASH_RANK, xid=79)
             assert record.node is not None
             await rec.wait_timeline("FLEET", "asked", timeout_s=20)  # the Fleet drains: wait for its scontrol
             wait_for_worker_command(lab, "scontrol", "update", f"nodename={record.node}", "state=drain")
@@ -194,6 +201,8 @@ async def test_temporal_restart_during_the_drain(lab: LabHandle, tmp_path: Path)
             finally:
                 down_s = time.time() - stopped_at
                 lab.lab.temporal.start()  # same SQLite file: every workflow and its history are kept
+                for n in base.nodes:  # the XID was appended to the node's fake NVML state: repair the "hardware"
+                    lab.lab.rebound.reset_gpus(n)
             up_s = time.time() - stopped_at
 
             await rec.wait_resumed(timeout_s=AFTER_KILL_S)

@@ -27,21 +27,28 @@ from tests.e2e.recovery_support import (
     slurm_job,
 )
 from tests.lab_support import LabHandle
-from workflows.domain.incident import FailureClass
+from workflows.domain.incident import ActionRung, FailureClass
 from workflows.domain.recovery import RecoveryState
 from workflows.domain.slurm import JobState
 
 pytestmark = pytest.mark.slow
 
 
-async def test_rank_crash_drains_its_node_and_resumes_elsewhere(lab: LabHandle) -> None:
+async def test_rank_crash_excludes_its_node_drains_nothing_and_resumes_elsewhere(lab: LabHandle) -> None:
+    """A rank that exits on its own is only the job's word against its node: the job restarts excluding the node,
+    the Fleet records a suspicion, nothing is drained (docs/failure-taxonomy.md, the action ladder)."""
     async with monitored_demo(lab, "crash") as (job, rec):
         base = await baseline(lab, job)
         record = inject(lab.layout, "crash", run=job.run, rank=3)
         assert record.node in base.nodes
 
         st = await rec.wait_resumed(timeout_s=60)
-        inc = await assert_recovered_once(lab, rec, base, bad_node=record.node)
+        inc = await assert_recovered_once(lab, rec, base, bad_node=record.node, drained=False)
+        att = inc.attribution
+        assert att is not None and att.action is ActionRung.EXCLUDE, att
+        excluded = [e.detail for e in st.timeline if e.event == "EXCLUDED" and e.incident == inc.number]
+        assert excluded and excluded[0].startswith(f"excluded {record.node} from job {job.job_id}'s next placement")
+        assert excluded[0].endswith("suspicion recorded"), excluded
         print(latency_report("rank crash", st, inc, record.t0_epoch))
 
 

@@ -25,7 +25,7 @@ from tests.fakes.scheduler import FakeScheduler
 from workflows.constants import CAUSE, RECOVERY_STATE
 from workflows.domain.fleet import FleetMode, FleetPolicy
 from workflows.domain.gpu import GpuEvent, GpuEventKind
-from workflows.domain.incident import ActionKind
+from workflows.domain.incident import ActionKind, ActionRung
 from workflows.domain.recovery import (
     JobRecoveryInput,
     JobRecoveryResult,
@@ -133,7 +133,9 @@ def _actions(st: JobRecoveryStatus, kind: ActionKind) -> list[str]:
     return [a.target for i in st.incidents for a in i.actions if a.kind is kind]
 
 
-async def test_rank_crash_is_isolated_restarted_and_verified(h: Harness) -> None:
+async def test_rank_crash_is_excluded_restarted_and_verified(h: Harness) -> None:
+    """A rank that exits on its own is the job's word against its node: the job restarts without the node, the
+    Fleet records a suspicion, nothing is drained (``workflows.policy.action_ladder``)."""
     job = h.sched.submit(h.nodes[:2], name="llm")
     handle = await h.start(job.job_id)
     await until(handle, lambda s: s.state is RecoveryState.WATCHING)
@@ -145,16 +147,20 @@ async def test_rank_crash_is_isolated_restarted_and_verified(h: Harness) -> None
     h.sched.fail_job(job.job_id, exit_code=13)
 
     st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
-    assert _actions(st, ActionKind.DRAIN) == [h.nodes[1]]  # rank 2 runs on the second node (block layout)
+    assert _actions(st, ActionKind.DRAIN) == []
     assert _actions(st, ActionKind.REQUEUE) == [str(job.job_id)]
-    node = h.sched.nodes[h.nodes[1]]
-    assert node.is_drained and node.reason.startswith(f"rebound: {job.job_id}-1 ")
+    assert not h.sched.nodes[h.nodes[1]].is_drained
+    excluded = next(e.detail for e in st.timeline if e.event == "EXCLUDED")
+    # rank 2 runs on the second node (block layout)
+    assert excluded.startswith(f"excluded {h.nodes[1]} from job {job.job_id}'s next placement: rank 2 failed first")
+    assert excluded.endswith("a rank died with no hardware evidence; suspicion recorded")
     requeued = h.sched.jobs[job.job_id]
     assert requeued.restart_count == 1 and h.nodes[1] in requeued.excluded_nodes
 
     h.sched.schedule()
     assert h.nodes[1] not in h.sched.jobs[job.job_id].nodes
-    h.log(job.job_id, 0, "2026-11-30T00:00:00.000Z [INFO] rank=0/4 node=x resumed from checkpoint step_000005 (step 5)")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"  # a line stamped days ago is an old run's
+    h.log(job.job_id, 0, f"{now} [INFO] rank=0/4 node=x resumed from checkpoint step_000005 (step 5)")
     h.step(job.job_id, 0, 6, h.sched.jobs[job.job_id].nodes[0])
     st = await until(handle, lambda s: s.state is RecoveryState.WATCHING and s.incidents[-1].resumed_at is not None)
 
@@ -163,8 +169,8 @@ async def test_rank_crash_is_isolated_restarted_and_verified(h: Harness) -> None
     assert inc.restarted_at is not None and inc.resumed_at is not None
     assert inc.resumed_from == "step_000005"
     assert all(a.verified_at is not None for a in inc.actions)
-    assert [a.key.rsplit("/", 2)[-2:] for a in inc.actions] == [["incident-1", f"drain-{h.nodes[1]}"],
-                                                               ["incident-1", "requeue"]]  # fmt: skip
+    assert [a.key.rsplit("/", 2)[-2:] for a in inc.actions] == [["incident-1", "requeue"]]
+    assert inc.attribution.action is ActionRung.EXCLUDE
     assert st.restarts_used == 1
     desc = await handle.describe()
     assert desc.typed_search_attributes.get(CAUSE) == "rank-crash"

@@ -44,7 +44,7 @@ from activities.logs.tail import LogTail
 from activities.logs.watch import unresponsive
 from workflows.domain.base import Frozen
 from workflows.domain.gpu import GpuEvent
-from workflows.domain.incident import FailureClass
+from workflows.domain.incident import ActionRung, FailureClass
 from workflows.domain.slurm import ClusterSnapshot, NodeBaseState, SlurmNode
 from workflows.policy.attribution import AttributionFacts, block_rank_layout
 
@@ -79,6 +79,9 @@ class GroundTruth(Frozen):
     retryable: bool
     why: str = ""
     """One or two sentences: the story of the failure, and why the label is what it is."""
+    action: ActionRung | None = None
+    """The strongest action the scenario's evidence allows (``workflows.policy.action_ladder``): ``drain`` only
+    with node-level evidence about a culprit; None: not scored."""
 
 
 class NodeFacts(Frozen):

@@ -131,6 +131,10 @@ class IncidentDigest(Frozen):
     """Nodes the attribution implicated."""
     drained: tuple[str, ...] = ()
     """Nodes Rebound decided to drain for it."""
+    action: str = ""
+    """The action ladder's rung (``drain``, ``exclude``, ``nothing``); empty: decided before the ladder."""
+    action_reason: str = ""
+    """Why that rung, naming the evidence."""
     requeues: int = 0
     restarted_at: datetime | None = None
     resumed_at: datetime | None = None

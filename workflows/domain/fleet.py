@@ -13,6 +13,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from workflows.domain.base import Frozen
+from workflows.domain.incident import ActionRung
 
 
 class FleetMode(StrEnum):
@@ -62,6 +63,9 @@ class FleetPolicy(Frozen):
     correlation_min_nodes: int = Field(3, ge=2)
     """This many distinct nodes implicated by at least two jobs within the window point at shared infrastructure
     (a switch, a file system): nothing more is drained until an operator decides."""
+    suspicion_window_s: float = Field(24 * 3600.0, gt=0)
+    """A suspicion (a node excluded from one job's placement on the job's word alone) is remembered this long: the
+    same node implicated again within it, by the same job or another, is drained."""
     lemon_incidents: int = Field(3, ge=2)
     """A node implicated in this many incidents within ``lemon_window_s`` is held for repair, never returned."""
     lemon_window_s: float = Field(7 * 24 * 3600.0, gt=0)
@@ -95,6 +99,10 @@ class NodeIncident(Frozen):
     confidence: float = 0.0
     request_id: str = ""
     """The ``IsolationRequest`` that reported it: a repeated request is noted once per node."""
+    suspicion: bool = False
+    """Only the job's word against the node (``ActionRung.EXCLUDE``): excluded for that job, not drained."""
+    evidence: str = ""
+    """What the evidence was, in the action ladder's words, for people."""
 
 
 class NodeRecord(Frozen):
@@ -137,6 +145,17 @@ class IsolationRequest(Frozen):
     restart_number: int = Field(1, ge=1)
     """The restart this incident would be for the job (1 = its first)."""
     requested_at: datetime
+    rung: ActionRung = ActionRung.DRAIN
+    """What the evidence allows (``workflows.policy.action_ladder``): ``drain`` asks to drain the nodes (a request
+    from before the ladder reads so); ``exclude`` asks only to keep them out of the job's next placement and to
+    record a suspicion (escalated to a drain when a node was implicated before within the suspicion window)."""
+    evidence: str = ""
+    """What the evidence is, in the ladder's words (``a rank died with no hardware evidence``): the Fleet's record
+    and reasons."""
+    node_count: int = Field(0, ge=0)
+    """Nodes the job needs (0: unknown): an exclusion that would leave too few in its partition is not made."""
+    excluded_before: tuple[str, ...] = ()
+    """Nodes the job already keeps out of its placement (its standing exclusion and Slurm's ``ExcNodeList``)."""
 
 
 class ApprovalKind(StrEnum):
@@ -183,6 +202,11 @@ class IsolationDecision(Frozen):
     """False when a restart approval was rejected (or expired to rejection)."""
     reasons: tuple[str, ...] = ()
     decided_at: datetime | None = None
+    suspected: tuple[str, ...] = ()
+    """Nodes recorded as suspicions: excluded for this job only, not drained."""
+    job_exclusion: tuple[str, ...] | None = None
+    """The job's own standing exclusion after this decision (kept across its later restarts, bounded); None: a
+    decision made before suspicions (the job keeps its own)."""
 
 
 class FleetVerdict(Frozen):
@@ -198,6 +222,10 @@ class FleetVerdict(Frozen):
     """Implicated nodes someone else already drained: excluded, never touched."""
     restart_needs_approval: bool = False
     reasons: tuple[str, ...] = ()
+    suspected: tuple[str, ...] = ()
+    """Suspicions recorded: excluded for this job, not drained."""
+    job_exclusion: tuple[str, ...] = ()
+    """The job's standing exclusion after this request (see ``IsolationDecision.job_exclusion``)."""
 
 
 class BreakerStatus(Frozen):

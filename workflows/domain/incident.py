@@ -71,6 +71,46 @@ class FailureClass(StrEnum):
     UNKNOWN = "unknown"
 
 
+class EvidenceKind(StrEnum):
+    """What kind of evidence an attribution rests on: it decides how strong an action may be
+    (``workflows.policy.action_ladder``). Node-level evidence comes from outside the job; the job's own output and
+    its ranks' fates only ever make a node suspect."""
+
+    GPU_AGENT = "gpu-agent"
+    """A node agent read the fault from the GPU (XID, lost GPU, double-bit ECC, NVML's throttle reasons)."""
+    NODE_DOWN = "node-down"
+    """The scheduler lost the node's slurmd (DOWN or NOT_RESPONDING)."""
+    NODE_FAILURE = "node-failure"
+    """Slurm reported a node failure for the job (``NODE_FAIL``, srun's ``Node failure on nX``)."""
+    JOB_HW_ERROR = "job-hw-error"
+    """The job printed a CUDA hardware error (``uncorrectable ECC error``, ``illegal memory access``): its own
+    output, not the node's word."""
+    RANK_EXIT = "rank-exit"
+    """A rank died on its own (non-zero exit, segfault, SIGKILL) with no hardware evidence."""
+    SILENCE = "silence"
+    """Ranks went silent while their peers lost them; the scheduler did not confirm a dead node."""
+    KERNEL_STUCK = "kernel-stuck"
+    """A hung rank sat in uninterruptible sleep (the job's I/O or the node's driver: not told apart)."""
+    SLOWNESS = "slowness"
+    """Ranks slower than their peers, with no GPU reporting a slowdown."""
+    CODE = "code"
+    """The training code's own error: no node is to blame."""
+    NONE = "none"
+    """Nothing that names a node's fault."""
+
+
+class ActionRung(StrEnum):
+    """How strong an action the evidence allows (``workflows.policy.action_ladder``)."""
+
+    DRAIN = "drain"
+    """Node-level evidence: ask the Fleet to drain the node for everyone."""
+    EXCLUDE = "exclude"
+    """Only the job's word against the node: keep it out of this job's next placement and record a suspicion
+    in the Fleet (a repeat within the Fleet's suspicion window escalates to a drain)."""
+    NOTHING = "nothing"
+    """No node is implicated: restart (or give up) without touching any node."""
+
+
 class Attribution(Frozen):
     """Who is to blame, with how much confidence, and whether a restart can help."""
 
@@ -85,6 +125,14 @@ class Attribution(Frozen):
     """``node:index`` of implicated GPUs."""
     explanation: str = ""
     evidence: tuple[Evidence, ...] = ()
+    basis: EvidenceKind = EvidenceKind.NONE
+    """The kind of evidence the verdict rests on (default: none that names a node's fault, so at most an
+    exclusion follows)."""
+    action: ActionRung | None = None
+    """The rung the action ladder chose; None: an attribution made before the ladder (the Fleet then decides
+    on a drain as it always did)."""
+    action_reason: str = ""
+    """Why that rung, naming the evidence: what the timeline and the audit say."""
 
 
 class ActionKind(StrEnum):

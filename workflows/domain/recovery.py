@@ -183,6 +183,9 @@ class JobRecoveryState(Frozen):
     """Samples of a job that prints no step line (stacks, CPU times, checkpoints seen; bounded ranks)."""
     last_job: SlurmJob | None = None
     """The job as the last incident left it (verification's observation)."""
+    excluded_nodes: tuple[str, ...] = ()
+    """The job's standing exclusion: nodes it suspects (excluded, not drained), kept out of every later placement
+    (bounded by the Fleet: ``workflows.policy.fleet.suspicion.MAX_JOB_EXCLUSIONS``)."""
     pending_notes: tuple[Notification, ...] = ()
     """Notifications decided in synchronous code (the end of the run), sent before the run returns."""
 

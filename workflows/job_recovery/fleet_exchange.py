@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any, NamedTuple
 
 from temporalio import workflow
 
@@ -15,11 +16,19 @@ with workflow.unsafe.imports_passed_through():
     from activities.temporal.fleet import FleetActivities
     from workflows.constants import isolation_request_id
     from workflows.domain.fleet import IsolationDecision, IsolationRequest
-    from workflows.domain.incident import Attribution, Incident
+    from workflows.domain.incident import ActionRung, Attribution, Incident
     from workflows.options import FLEET_REQUEST
+    from workflows.policy.action_ladder import describe_evidence
     from workflows.policy.recovery import fleet_silent
 
-__all__ = ["await_decision", "isolation_request", "send_request"]
+__all__ = ["Placement", "await_decision", "isolation_request", "send_request"]
+
+
+class Placement(NamedTuple):
+    """What the Fleet weighs before excluding a suspect: the nodes the job needs, the ones it already avoids."""
+
+    node_count: int
+    excluded: tuple[str, ...]
 
 
 def isolation_request(
@@ -31,8 +40,22 @@ def isolation_request(
     attribution: Attribution,
     restart_number: int,
     now: datetime,
+    placement: Placement | None = None,
 ) -> IsolationRequest:
-    """The request for one incident: drain the implicated nodes, restart the job (its ``restart_number``-th)."""
+    """The request for one incident: drain the implicated nodes (or, on the ladder's ``exclude`` rung, only keep
+    them out of the job's next placement and record a suspicion), restart the job (its ``restart_number``-th).
+
+    ``placement``: what the job needs and already avoids; None builds the request as it was before the ladder
+    (every request a drain request: what replayed histories sent).
+    """
+    ladder: dict[str, Any] = {}
+    if placement is not None:
+        ladder = {
+            "rung": attribution.action or ActionRung.DRAIN,
+            "evidence": describe_evidence(attribution.basis),
+            "node_count": placement.node_count,
+            "excluded_before": placement.excluded,
+        }
     return IsolationRequest(
         request_id=isolation_request_id(workflow_id, incident.number),
         reply_to=workflow_id,
@@ -45,6 +68,7 @@ def isolation_request(
         nodes=attribution.implicated_nodes,
         restart_number=restart_number,
         requested_at=now,
+        **ladder,
     )
 
 

@@ -21,12 +21,21 @@ with workflow.unsafe.imports_passed_through():
     from workflows import metrics
     from workflows.constants import RESTART_COUNT, isolation_request_id
     from workflows.domain.fleet import IsolationDecision
-    from workflows.domain.incident import ActionKind, ActionRecord, Anomaly, AnomalyKind, Attribution, LogFinding
+    from workflows.domain.incident import (
+        ActionKind,
+        ActionRecord,
+        ActionRung,
+        Anomaly,
+        AnomalyKind,
+        Attribution,
+        LogFinding,
+    )
     from workflows.domain.loop import AttributeInput
     from workflows.domain.notify import NotificationKind, Severity
     from workflows.domain.recovery import JobRecoveryResult, RecoveryState
     from workflows.domain.slurm import JobState, SlurmJob
     from workflows.job_recovery.recorder import Recorder
+    from workflows.policy.action_ladder import describe_evidence
     from workflows.policy.budget import backoff_s
     from workflows.policy.implicit import attribute_straggler
     from workflows.policy.recovery import (
@@ -43,7 +52,21 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.policy.stacks import describe_stacks
 
-__all__ = ["announce", "attribute", "detect", "isolate", "judge_straggler", "observed", "restart", "verify"]
+#: Requests carry the action ladder's rung (a suspicion is not a drain) and the job keeps its standing exclusion
+#: across restarts; histories from before sent every request as a drain request and excluded only the Fleet's nodes.
+ACTION_LADDER_PATCH = "job-action-ladder"
+
+__all__ = [
+    "ACTION_LADDER_PATCH",
+    "announce",
+    "attribute",
+    "detect",
+    "isolate",
+    "judge_straggler",
+    "observed",
+    "restart",
+    "verify",
+]
 
 
 async def detect(rec: Recorder, job: SlurmJob, anomaly: Anomaly) -> int:
@@ -120,9 +143,24 @@ async def announce(rec: Recorder, number: int, anomaly: Anomaly, attribution: At
 
 
 async def isolate(rec: Recorder, number: int, job: SlurmJob, attribution: Attribution) -> IsolationDecision:
-    """Ask the cluster's Fleet to drain the implicated nodes and restart; wait for (and record) its answer."""
+    """Ask the cluster's Fleet to drain the implicated nodes (or, on the action ladder's exclude rung, to record a
+    suspicion) and restart; wait for (and record) its answer.
+
+    Returns the decision as the job acts on it: the Fleet's exclusion plus the job's standing one (its suspects
+    from earlier incidents), which the job keeps across its restarts.
+    """
+    ladder = workflow.patched(ACTION_LADDER_PATCH)
     nodes = ", ".join(attribution.implicated_nodes) or "nothing"
-    rec.set_state(RecoveryState.ISOLATING, f"asking the Fleet: drain {nodes}, restart", number)
+    ask = f"drain {nodes}, restart"
+    if ladder and attribution.action is ActionRung.EXCLUDE:
+        ask = f"exclude {nodes} from this job's next placement (a suspicion, not a drain), restart"
+    rec.set_state(RecoveryState.ISOLATING, f"asking the Fleet: {ask}", number)
+    placement = None
+    if ladder:
+        needs = job.node_count or len(job.nodes or rec.status.nodes)
+        placement = fleet_exchange.Placement(
+            needs, tuple(dict.fromkeys((*rec.state.excluded_nodes, *job.excluded_nodes)))
+        )
     req = fleet_exchange.isolation_request(
         workflow_id=workflow.info().workflow_id,
         job_id=rec.inp.job_id,
@@ -131,6 +169,7 @@ async def isolate(rec: Recorder, number: int, job: SlurmJob, attribution: Attrib
         attribution=attribution,
         restart_number=rec.status.restarts_used + 1,
         now=workflow.now(),
+        placement=placement,
     )
     if state.decision_for(rec.state, req.request_id) is None:
         await fleet_exchange.send_request(req)
@@ -142,7 +181,27 @@ async def isolate(rec: Recorder, number: int, job: SlurmJob, attribution: Attrib
         number=number,
     )
     rec.record_decision(number, decision)
-    return decision
+    if not ladder or not decision.act:
+        return decision
+    return _with_standing_exclusion(rec, number, attribution, decision)
+
+
+def _with_standing_exclusion(
+    rec: Recorder, number: int, attribution: Attribution, decision: IsolationDecision
+) -> IsolationDecision:
+    """Keep the job's standing exclusion (the Fleet's word on it) and say what this incident added, and why."""
+    standing = decision.job_exclusion if decision.job_exclusion is not None else rec.state.excluded_nodes
+    added = [n for n in decision.suspected if n in decision.exclude]
+    rec.update(excluded_nodes=standing)
+    if added:
+        rec.record(
+            "EXCLUDED",
+            f"excluded {', '.join(added)} from job {rec.inp.job_id}'s next placement: {attribution.explanation}: "
+            f"{describe_evidence(attribution.basis)}; suspicion recorded",
+            number,
+        )
+    exclude = tuple(dict.fromkeys((*decision.exclude, *standing)))
+    return decision.model_copy(update={"exclude": exclude})
 
 
 def observed(rec: Recorder, number: int, job: SlurmJob, decision: IsolationDecision) -> JobRecoveryResult | None:

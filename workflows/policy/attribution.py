@@ -17,6 +17,10 @@ Rules, strongest first (the first that applies decides; the rest of the evidence
    the Fleet's approval threshold: excluded from the job's next placement, drained only with an operator's yes).
 9. Nothing conclusive: unknown; restart without excluding anyone.
 
+Each verdict names the kind of evidence it rests on (``Attribution.basis``), and ``attribute`` ends with the
+action ladder (``workflows.policy.action_ladder``): node-level evidence (rules 1-3) may drain; the job's own word
+(rules 4, 6, 7, 8) only excludes the node from the job's next placement and records a suspicion.
+
 One engine for every caller: the ``attribute_failure`` activity, ``rebound bench attribution`` and
 ``rebound diagnose`` build their facts with ``AttributionFacts.from_findings`` and call ``attribute``;
 ``deciding_findings`` names the log findings rules 3-6 rest on (``rebound diagnose`` names its root cause among them).
@@ -32,8 +36,9 @@ from typing import NamedTuple
 from workflows.domain.findings import Cause, FindingKind
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.hang import HangVerdict
-from workflows.domain.incident import Attribution, Evidence, EvidenceSource, FailureClass, LogFinding
+from workflows.domain.incident import Attribution, Evidence, EvidenceKind, EvidenceSource, FailureClass, LogFinding
 from workflows.domain.procs import RankProcess
+from workflows.policy.action_ladder import with_action
 from workflows.policy.implicit import attribute_hang
 
 #: Finding kinds that point at the GPU and at the code.
@@ -133,7 +138,11 @@ def rank_layout(nodes: Sequence[str], task_count: int, findings: Iterable[LogFin
 
 
 def attribute(facts: AttributionFacts) -> Attribution:
-    """Apply the rules above; see the module docstring."""
+    """Apply the rules above, then the action ladder; see the module docstring."""
+    return with_action(_verdict(facts))
+
+
+def _verdict(facts: AttributionFacts) -> Attribution:
     gpu = _gpu_faults(facts)
     if gpu:
         return _gpu_fault(gpu)
@@ -147,6 +156,7 @@ def attribute(facts: AttributionFacts) -> Attribution:
             implicated_nodes=tuple(down),
             explanation=f"slurmd on {', '.join(down)} stopped responding while the job ran there",
             evidence=tuple(_node_evidence(n) for n in down),
+            basis=EvidenceKind.NODE_DOWN,
         )
     ordered = sorted(facts.findings, key=_first_key)
     rule = _log_rule(facts, ordered)
@@ -170,6 +180,7 @@ def attribute(facts: AttributionFacts) -> Attribution:
                 explanation=f"peers lost their connections while every rank on {', '.join(silent)} went silent; "
                 "the scheduler did not confirm a dead node",
                 evidence=_evidence(victims[:3]),
+                basis=EvidenceKind.SILENCE,
             )
     return Attribution(
         failure_class=FailureClass.UNKNOWN,
@@ -245,13 +256,17 @@ def _from_log_rule(rule: _LogRule, facts: AttributionFacts, ordered: list[LogFin
             implicated_nodes=tuple(failed),
             explanation=f"Slurm reported a node failure on {', '.join(failed)}",
             evidence=_evidence(rule.findings),
+            basis=EvidenceKind.NODE_FAILURE,
         )
     first = rule.findings[0]
     if rule.rule is _Rule.CUDA:
-        return _culprit(first, facts, FailureClass.HARDWARE, Cause.CUDA_ERROR, 0.8, ordered)
+        # The job's own output: a suspicion of its node until the node agent corroborates it (then rule 1 decides).
+        culprit = _culprit(first, facts, FailureClass.HARDWARE, Cause.CUDA_ERROR, 0.8, ordered)
+        return culprit.model_copy(update={"basis": EvidenceKind.JOB_HW_ERROR})
     if rule.rule is _Rule.USER:
         return _user_bug(rule.findings, facts)
-    return _culprit(first, facts, FailureClass.UNKNOWN, _EXIT_CAUSES.get(first.kind, Cause.RANK_CRASH), 0.6, ordered)
+    crash = _culprit(first, facts, FailureClass.UNKNOWN, _EXIT_CAUSES.get(first.kind, Cause.RANK_CRASH), 0.6, ordered)
+    return crash.model_copy(update={"basis": EvidenceKind.RANK_EXIT})
 
 
 def _gpu_faults(facts: AttributionFacts) -> list[GpuEvent]:
@@ -282,6 +297,7 @@ def _gpu_fault(events: list[GpuEvent]) -> Attribution:
             )
             for e in events[:5]
         ),
+        basis=EvidenceKind.GPU_AGENT,
     )
 
 
@@ -326,6 +342,7 @@ def _user_bug(user: list[LogFinding], facts: AttributionFacts) -> Attribution:
         + (f" across {len(nodes)} nodes" if len(nodes) > 1 else "")
         + ": a restart would fail the same way",
         evidence=_evidence(same[:5]),
+        basis=EvidenceKind.CODE,
     )
 
 

@@ -44,6 +44,8 @@ def digest_incident(incident: Incident) -> IncidentDigest:
         cause=att.cause if att is not None else "",
         nodes=att.implicated_nodes if att is not None else (),
         drained=tuple(dict.fromkeys(a.target for a in incident.actions if a.kind is ActionKind.DRAIN)),
+        action=att.action.value if att is not None and att.action is not None else "",
+        action_reason=att.action_reason[:MAX_SUMMARY_CHARS] if att is not None else "",
         requeues=sum(1 for a in incident.actions if a.kind is ActionKind.REQUEUE),
         restarted_at=utc(incident.restarted_at) if incident.restarted_at is not None else None,
         resumed_at=utc(incident.resumed_at) if incident.resumed_at is not None else None,

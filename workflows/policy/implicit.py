@@ -18,9 +18,10 @@ from collections.abc import Mapping, Sequence
 
 from workflows.domain.findings import Cause
 from workflows.domain.hang import HangVerdict
-from workflows.domain.incident import Attribution, Evidence, EvidenceSource, FailureClass
+from workflows.domain.incident import Attribution, Evidence, EvidenceKind, EvidenceSource, FailureClass
 from workflows.domain.procs import RankProcess
 from workflows.domain.straggler import StragglerVerdict
+from workflows.policy.action_ladder import with_action
 
 __all__ = ["SLOWDOWN_REASON_BITS", "attribute_hang", "attribute_straggler", "slowdown_reasons"]
 
@@ -86,6 +87,7 @@ def attribute_hang(
             explanation=f"the job hung with rank(s) {', '.join(str(p.rank) for p in stuck_in_kernel)} in "
             f"uninterruptible sleep on {', '.join(d_nodes)}",
             evidence=tuple(evidence),
+            basis=EvidenceKind.KERNEL_STUCK,
         )
     who = ", ".join(f"rank {r}" + (f" on {node_of[r]}" if r in node_of else "") for r in suspects) or "no rank"
     why = []
@@ -125,15 +127,18 @@ def attribute_straggler(verdict: StragglerVerdict, throttled: Mapping[str, Seque
     for node, lines in hot.items():
         evidence += [Evidence(source=EvidenceSource.GPU, text=line, node=node) for line in lines[:3]]
     metric = verdict.metric.value.replace("_", " ") if verdict.metric else "step time"
-    return Attribution(
-        failure_class=FailureClass.HARDWARE if hot else FailureClass.UNKNOWN,
-        cause=Cause.STRAGGLER_GPU_THROTTLED if hot else Cause.STRAGGLER,
-        retryable=True,
-        confidence=0.85 if hot else 0.7,
-        implicated_nodes=nodes,
-        implicated_ranks=ranks,
-        explanation=f"rank(s) {', '.join(map(str, ranks))} on {', '.join(nodes) or 'an unknown node'} are "
-        f"{worst:.2f}x slower than their peers' {metric}"
-        + (f"; GPUs of {', '.join(hot)} report slowing themselves down" if hot else ""),
-        evidence=tuple(evidence),
+    return with_action(
+        Attribution(
+            failure_class=FailureClass.HARDWARE if hot else FailureClass.UNKNOWN,
+            cause=Cause.STRAGGLER_GPU_THROTTLED if hot else Cause.STRAGGLER,
+            retryable=True,
+            confidence=0.85 if hot else 0.7,
+            implicated_nodes=nodes,
+            implicated_ranks=ranks,
+            explanation=f"rank(s) {', '.join(map(str, ranks))} on {', '.join(nodes) or 'an unknown node'} are "
+            f"{worst:.2f}x slower than their peers' {metric}"
+            + (f"; GPUs of {', '.join(hot)} report slowing themselves down" if hot else ""),
+            evidence=tuple(evidence),
+            basis=EvidenceKind.GPU_AGENT if hot else EvidenceKind.SLOWNESS,
+        )
     )

@@ -39,7 +39,16 @@ from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.recovery import RecoverySpec
 from workflows.domain.slurm import SlurmJob
 
-__all__ = ["OptInError", "JobSelector", "checkpoint_fallback", "parse_comment", "select", "spec_for", "with_fallback"]
+__all__ = [
+    "OptInError",
+    "JobSelector",
+    "UnsupportedJob",
+    "checkpoint_fallback",
+    "parse_comment",
+    "select",
+    "spec_for",
+    "with_fallback",
+]
 
 #: Comment key -> ``RecoverySpec`` field.
 KEYS = {
@@ -78,6 +87,15 @@ class OptInError(ValueError):
         """
         super().__init__(f"rebound opt-in comment: {key}: {message}")
         self.key = key
+
+
+class UnsupportedJob(OptInError):
+    """A job that opted in (or was selected) but that Rebound cannot watch without mis-mapping it; left alone and
+    reported like a malformed opt-in, with the reason."""
+
+    def __init__(self, message: str) -> None:
+        ValueError.__init__(self, f"rebound: job not supported: {message}")
+        self.key = "rebound"
 
 
 def parse_comment(comment: str) -> RecoverySpec | None:
@@ -173,10 +191,16 @@ def spec_for(job: SlurmJob, selectors: Iterable[JobSelector]) -> RecoverySpec | 
         selectors: The operator's selectors, in priority order.
 
     Raises:
-        OptInError: The job's comment carries a malformed ``rebound`` spec.
+        OptInError: The job's comment carries a malformed ``rebound`` spec; ``UnsupportedJob`` when the job opted
+            in (or was selected) but is of a kind Rebound cannot watch safely: a heterogeneous job's component.
     """
     own = parse_comment(job.comment)
     selected = select(job, selectors)
+    if (own is not None or selected is not None) and job.is_heterogeneous:
+        raise UnsupportedJob(
+            f"heterogeneous job (component +{job.het_job_offset} of {job.het_job_id}), not watched: its components'"
+            " logs, ranks and nodes cannot yet be mapped as one job"
+        )
     if own is None:
         return selected
     if selected is None:

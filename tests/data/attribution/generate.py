@@ -1572,6 +1572,22 @@ lab(
 )
 
 
+# ----- the action each scenario's evidence allows ----------------------------------------------------------------
+
+#: ``truth.action``: the strongest action the scenario's evidence allows (docs/failure-taxonomy.md, the action
+#: ladder): ``drain`` only with node-level evidence about a culprit (a node agent's GPU event on its node, its
+#: slurmd lost, a Slurm node failure); ``exclude`` when only the job's own output or its ranks' fates point at the
+#: culprit's node (a rank's exit or signal, silence, a CUDA error the job printed); ``nothing`` without a culprit.
+DRAIN = ("dead-node-and-neighbour-blip", "dead-node-not-responding", "ecc-dbe-event-and-cuda-error",
+         "node-failure-named-only-by-srun", "two-nodes-lost", "xid-79-one-node")  # fmt: skip
+
+
+def expected_action(meta_: dict[str, Any], id: str) -> str:
+    if not meta_["truth"]["culprit_nodes"]:
+        return "nothing"
+    return "drain" if id in DRAIN else "exclude"
+
+
 # ----- writing --------------------------------------------------------------------------------------------------
 
 
@@ -1590,8 +1606,10 @@ def write_suite(out: Path) -> list[str]:
     """Write every scenario under ``out``; return their ids."""
     for id, build in SCENARIOS.items():
         built = build()
+        built.meta["truth"]["action"] = expected_action(built.meta, id)
         write(out / id, built.meta, built.files)
     for id, (meta_, copies) in LAB.items():
+        meta_["truth"]["action"] = expected_action(meta_, id)
         write(out / id, meta_, None)
         for src, dst in copies.items():
             shutil.copyfile(LOGS / src, out / id / dst)

@@ -37,8 +37,9 @@ from workflows.domain.audit import (
     NodeRow,
 )
 from workflows.domain.fleet import Approval, ApprovalKind, ApprovalOutcome
-from workflows.domain.incident import Anomaly, AnomalyKind, Evidence, EvidenceSource, Incident
+from workflows.domain.incident import Anomaly, AnomalyKind, Evidence, EvidenceKind, EvidenceSource, Incident
 from workflows.domain.recovery import RecoveryState
+from workflows.policy.action_ladder import with_action
 from workflows.policy.audit import summarise
 from workflows.policy.audit_approvals import EXPIRED_DECIDER, approval_summary
 from workflows.policy.audit_approvals import fleet_approvals as approvals_of_period
@@ -468,3 +469,12 @@ def test_audit_window() -> None:
     assert AuditInput(cluster="c", period_s=3600).window(now) == (now - timedelta(hours=1), now)
     assert AuditInput(cluster="c", since=SINCE, until=UNTIL).window(now) == (SINCE, UNTIL)
     assert AuditInput(cluster="c", since=SINCE).window(now) == (SINCE, now)
+
+
+def test_digest_says_which_rung_the_evidence_allowed_and_why() -> None:
+    first = job_101_incidents()[0]
+    assert first.attribution is not None
+    att = with_action(first.attribution.model_copy(update={"basis": EvidenceKind.RANK_EXIT}))
+    d = digest_incident(first.model_copy(update={"attribution": att}))
+    assert d.action == "exclude" and "a rank died with no hardware evidence" in d.action_reason
+    assert digest_incident(first).action == ""  # decided before the ladder: no rung claimed

@@ -23,7 +23,7 @@ from workers.bench.attribution_suite import (
     load_scenario,
     load_suite,
 )
-from workflows.domain.incident import Attribution, FailureClass
+from workflows.domain.incident import ActionRung, Attribution, FailureClass
 
 REPO = Path(__file__).resolve().parents[3]
 SUITE = REPO / "tests" / "data" / "attribution"
@@ -266,6 +266,24 @@ def test_the_gate_is_the_target_and_no_healthy_drain() -> None:
     assert gate((_scn("miss", ["n1"]), _att())) is False  # 18/19... one fewer hit: 18/19 = 0.947
 
 
+def test_the_rung_is_scored_and_a_drain_without_node_evidence_fails() -> None:
+    crash = Scenario.model_validate(
+        _scenario(
+            id="crash",
+            truth={"culprit_nodes": ["n2"], "failure_class": "unknown", "retryable": True, "action": "exclude"},
+        )
+    )
+    excluded = _att("n2").model_copy(update={"action": ActionRung.EXCLUDE})
+    drained = _att("n2").model_copy(update={"action": ActionRung.DRAIN})
+    ok = score([crash], [excluded])
+    assert ok["passed"] and ok["action_correct"] == 1 and ok["actions"]["exclude"] == 1
+    bad = score([crash], [drained])
+    assert not bad["passed"] and bad["unjustified_drains"] == ["crash"]
+    assert "drains without node-level evidence: 1  crash" in format_report(bad)
+    # An attribution made without the ladder asks for a drain (what the live recovery did before it).
+    assert score([crash], [_att("n2")])["unjustified_drains"] == ["crash"]
+
+
 def test_layout_mismaps_are_counted() -> None:
     cyclic = Scenario.model_validate(_scenario(job_nodes=["n1", "n2", "n3", "n4"], task_count=16, layout="cyclic"))
     row = score([cyclic], [_att("n2")])["results"][0]
@@ -284,12 +302,17 @@ def test_bench_attribution_command(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "attribution benchmark: 1 scenarios" in printed and "top-1 node accuracy: 1/1 = 1.0000" in printed
     report = json.loads(out.read_text())
     assert report["passed"] is True and report["results"][0]["implicated_nodes"] == ["n2"]
-    # The same logs with n1 as the truth: n2 is then a healthy node that would be drained.
+    # The same logs with n1 as the truth: n2 is then a healthy node; a rank's exit is the job's word, so n2 is only
+    # kept out of the job's next placement (top-1 misses, nothing is drained).
     wrong = tmp_path / "wrong"
     meta = _scenario(id="crash", truth={"culprit_nodes": ["n1"], "failure_class": "unknown", "retryable": True})
     _write(wrong, meta, CRASH)
     assert cli.main(["bench", "attribution", "--scenarios", str(wrong)]) == 1
-    assert "healthy-node drains: 1  crash: n2" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "healthy-node drains: 0" in printed
+    assert (
+        "healthy nodes excluded from the job's next placement only (suspicions, not drained): 1  crash: n2" in printed
+    )
     assert cli.main(["bench", "attribution", "--scenarios", str(tmp_path / "missing")]) == 2
     assert "not a directory of scenarios" in capsys.readouterr().err
 

@@ -9,17 +9,25 @@ Pure and deterministic: ``now`` is passed in, nothing is read or written, and ev
    computed in full (what WOULD be drained or held) but ``act`` is False.
 2. Ownership: a node someone else drained is evidence, excluded and never touched (``external``); a node Rebound
    already drained is excluded, not drained again; a node the scheduler does not list is excluded.
+   A request on the ``exclude`` rung (only the job's word against its nodes: ``workflows.policy.action_ladder``)
+   records a suspicion of each node and drains none, except a node implicated before within
+   ``suspicion_window_s`` (by this job's earlier incident or another job's): implicated again, it goes on to the
+   rules below as a strong suspect, both incidents named (``suspicion``).
 3. Cross-job correlation: when this request and other jobs' incidents within ``correlation_window_s`` implicate
    at least two jobs and ``correlation_min_nodes`` distinct nodes, the cause is more likely shared (a switch, a file
    system): every candidate waits for an operator. A node another job implicated in that window is a strong suspect.
 4. Low confidence (unless a strong suspect) and protected partitions wait for an operator.
 5. Breaker: at most ``cap`` drains per sliding window for the cluster and for each partition; the rest wait.
 6. The job's Nth restart (``approve_restart_from``) waits for an operator.
-7. Everything drained, waiting, or drained by others is kept out of the job's next placement.
+7. Everything drained, waiting, or drained by others is kept out of the job's next placement; so are the
+   suspects, unless the job's partition would keep too few placeable nodes without them (then the restart goes
+   ahead without that exclusion, and the reasons say so). The job's standing exclusion (``job_exclusion``, bounded)
+   carries its suspects to its later restarts.
 
 Windows are closed: an event exactly ``window_s`` old still counts (the safe side of every limit).
 
-The parts: ``decision`` (the rules above, and the memory of decisions), ``breaker`` (rule 5), ``lifecycle`` (each
+The parts: ``decision`` (the rules above, and the memory of decisions), ``suspicion`` (rules 2 and 7 for the
+``exclude`` rung), ``breaker`` (rule 5), ``lifecycle`` (each
 node's incidents, drains, health checks and sync with the scheduler), ``approvals``, ``common``. This package's
 names below are its public surface, the one the Fleet workflow uses.
 """
@@ -41,11 +49,13 @@ from workflows.policy.fleet.lifecycle import (
     MAX_INCIDENTS_PER_NODE,
     after_drain,
     after_health_check,
+    clear_stale_suspects,
     health_checks_due,
     is_lemon,
     note_incident,
     sync_with_view,
 )
+from workflows.policy.fleet.suspicion import MAX_JOB_EXCLUSIONS, active_suspicions
 
 __all__ = [
     "MAX_CHECKS_PER_NODE",
@@ -53,10 +63,13 @@ __all__ = [
     "MAX_DECISIONS",
     "MAX_DRAIN_EVENTS",
     "MAX_INCIDENTS_PER_NODE",
+    "MAX_JOB_EXCLUSIONS",
+    "active_suspicions",
     "after_drain",
     "after_health_check",
     "answer_approval",
     "breaker_status",
+    "clear_stale_suspects",
     "decide_isolation",
     "expire_approvals",
     "find_decision",

@@ -9,11 +9,13 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from workflows.domain.fleet import FleetMode, FleetPolicy, FleetState, FleetVerdict, IsolationDecision, IsolationRequest
+from workflows.domain.incident import ActionRung
 from workflows.domain.names import is_rebound_drain
 from workflows.domain.progress import aware
 from workflows.domain.slurm import ClusterSnapshot, SlurmNode
 from workflows.policy.fleet.breaker import apply_breaker
 from workflows.policy.fleet.common import age_s, span, unique
+from workflows.policy.fleet.suspicion import earlier_implications, fit_exclusion, repeat_reason, standing_exclusion
 
 __all__ = ["MAX_DECISIONS", "decide_isolation", "find_decision", "remember_decision"]
 
@@ -95,6 +97,22 @@ def decide_isolation(
         else:
             candidates.append(node)
 
+    # 2b. The exclude rung: a suspicion, unless the node was implicated before within the suspicion window.
+    suspects: list[str] = []
+    repeats: set[str] = set()
+    if req.rung is ActionRung.EXCLUDE:
+        earlier = earlier_implications(state, req, policy.suspicion_window_s)
+        for node in candidates:
+            if node.name in earlier:
+                repeats.add(node.name)
+                reasons.append(repeat_reason(node.name, earlier[node.name], req, policy.suspicion_window_s))
+            else:
+                suspects.append(node.name)
+                reasons.append(
+                    f"{node.name}: suspicion recorded, not drained ({req.evidence or 'only the job implicates it'})"
+                )
+        candidates = [n for n in candidates if n.name in repeats]
+
     # 3. Cross-job correlation.
     window = span(policy.correlation_window_s)
     others = _other_jobs_within(state, req, policy.correlation_window_s)
@@ -116,8 +134,8 @@ def decide_isolation(
         # 4. Low confidence and protected partitions.
         protected = set(policy.protected_partitions)
         for node in candidates:
-            strong = node.name in others
-            if strong:
+            strong = node.name in others or node.name in repeats
+            if node.name in others:
                 reasons.append(
                     f"{node.name}: strong suspect: also implicated by job {_jobs_text(others[node.name])} "
                     f"within {window}"
@@ -147,8 +165,13 @@ def decide_isolation(
             f"(approve_restart_from = {policy.approve_restart_from})"
         )
 
-    # 7. Keep all of them out of the next placement.
-    exclude = unique([*drain, *hold, *external, *already, *unknown])
+    # 7. Keep all of them out of the next placement (a suspect only if the job can still be placed without it).
+    unavailable = unique([*drain, *hold, *external, *already, *unknown])
+    kept, fit_reasons = fit_exclusion(view, req, unavailable, suspects)
+    reasons += fit_reasons
+    for name in kept:
+        reasons.append(f"{name}: excluded from job {req.job_id}'s next placement")
+    exclude = unique([*unavailable, *kept])
     return FleetVerdict(
         act=act,
         drain=tuple(drain),
@@ -157,6 +180,8 @@ def decide_isolation(
         external=tuple(external),
         restart_needs_approval=restart_needs_approval,
         reasons=tuple(reasons),
+        suspected=tuple(suspects),
+        job_exclusion=standing_exclusion(req, kept),
     )
 
 

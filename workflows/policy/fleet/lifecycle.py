@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from workflows.domain.fleet import (
+    ApprovalOutcome,
     DrainEvent,
     FleetPolicy,
     FleetState,
@@ -17,6 +18,7 @@ from workflows.domain.fleet import (
     NodeLifecycle,
     NodeRecord,
 )
+from workflows.domain.incident import ActionRung
 from workflows.domain.names import is_rebound_drain
 from workflows.domain.progress import aware
 from workflows.domain.slurm import ClusterSnapshot
@@ -29,6 +31,7 @@ __all__ = [
     "MAX_INCIDENTS_PER_NODE",
     "after_drain",
     "after_health_check",
+    "clear_stale_suspects",
     "health_checks_due",
     "is_lemon",
     "note_incident",
@@ -65,16 +68,39 @@ def note_incident(state: FleetState, req: IsolationRequest, now: datetime, polic
             cause=req.cause,
             confidence=req.confidence,
             request_id=req.request_id,
+            suspicion=req.rung is ActionRung.EXCLUDE,
+            evidence=req.evidence,
         )
         recent = tuple(i for i in record.incidents if within(i.at, now, policy.lemon_window_s))
         update: dict[str, object] = {"incidents": (*recent, incident)[-MAX_INCIDENTS_PER_NODE:]}
         if record.state is NodeLifecycle.HEALTHY:
+            how = "suspected (excluded, not drained)" if incident.suspicion else "implicated"
             update |= {
                 "state": NodeLifecycle.SUSPECT,
                 "since": now,
-                "reason": f"implicated by job {req.job_id} ({req.incident}: {req.cause})",
+                "reason": f"{how} by job {req.job_id} ({req.incident}: {req.cause})",
             }
         nodes[name] = record.model_copy(update=update)
+        changed = True
+    return state.model_copy(update={"nodes": nodes}) if changed else state
+
+
+def clear_stale_suspects(state: FleetState, policy: FleetPolicy, now: datetime) -> FleetState:
+    """SUSPECT nodes implicated by nothing within ``suspicion_window_s`` (nor ``correlation_window_s``), with no
+    pending approval naming them, are HEALTHY again: a suspicion is windowed, and ``rebound nodes`` would otherwise
+    list every node a job ever suspected. Their incidents stay (the lemon count reads them)."""
+    window = max(policy.suspicion_window_s, policy.correlation_window_s)
+    waiting = {n for a in state.approvals if a.outcome is ApprovalOutcome.PENDING for n in a.nodes}
+    nodes = dict(state.nodes)
+    changed = False
+    for name, record in state.nodes.items():
+        if record.state is not NodeLifecycle.SUSPECT or name in waiting:
+            continue
+        if any(within(i.at, now, window) for i in record.incidents):
+            continue
+        nodes[name] = record.model_copy(
+            update=_moved(NodeLifecycle.HEALTHY, f"no incident within {span(window)}: no longer suspect", now)
+        )
         changed = True
     return state.model_copy(update={"nodes": nodes}) if changed else state
 

@@ -1,0 +1,183 @@
+"""The Fleet's suspicions: the exclude rung records a suspicion and drains nothing; the same node implicated again
+within the window (this job or another) is drained, both incidents named; an exclusion that would leave the job
+unplaceable is not made. Pure, no Temporal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from workers.fleet_cli import format_nodes
+from workflows.domain.fleet import (
+    BreakerStatus,
+    DrainEvent,
+    FleetMode,
+    FleetPolicy,
+    FleetState,
+    FleetStatus,
+    FleetVerdict,
+    IsolationRequest,
+    NodeLifecycle,
+)
+from workflows.domain.incident import ActionRung
+from workflows.domain.slurm import ClusterSnapshot, NodeBaseState, SlurmNode
+from workflows.policy.fleet import active_suspicions, clear_stale_suspects, decide_isolation, note_incident
+from workflows.policy.fleet.suspicion import MAX_JOB_EXCLUSIONS, standing_exclusion
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+POLICY = FleetPolicy(suspicion_window_s=3600.0)
+ACT = FleetState(cluster="c", mode=FleetMode.ACT)
+EVIDENCE = "a rank died with no hardware evidence"
+
+
+def cluster(count: int, *, down: Sequence[str] = ()) -> ClusterSnapshot:
+    nodes = tuple(
+        SlurmNode(
+            name=f"n{i}",
+            state=NodeBaseState.DOWN if f"n{i}" in down else NodeBaseState.IDLE,
+            partitions=("gpu",),
+        )
+        for i in range(1, count + 1)
+    )
+    return ClusterSnapshot(observed_at=T0, nodes=nodes)
+
+
+def suspicion(
+    *nodes: str,
+    job: int = 42,
+    number: int = 1,
+    seconds: float = 0.0,
+    rung: ActionRung = ActionRung.EXCLUDE,
+    node_count: int = 2,
+    excluded_before: tuple[str, ...] = (),
+    confidence: float = 0.6,
+) -> IsolationRequest:
+    return IsolationRequest(
+        request_id=f"rebound/c/job/{job}/incident-{number}",
+        reply_to=f"rebound/c/job/{job}",
+        job_id=job,
+        partition="gpu",
+        incident=f"{job}-{number}",
+        cause="rank-killed",
+        confidence=confidence,
+        nodes=nodes,
+        requested_at=T0 + timedelta(seconds=seconds),
+        rung=rung,
+        evidence=EVIDENCE if rung is ActionRung.EXCLUDE else "",
+        node_count=node_count,
+        excluded_before=excluded_before,
+    )
+
+
+def handle(state: FleetState, req: IsolationRequest, view: ClusterSnapshot) -> tuple[FleetState, FleetVerdict]:
+    """What the Fleet workflow does with one request: note it, then decide."""
+    now = req.requested_at
+    state = note_incident(state, req, now, POLICY)
+    return state, decide_isolation(state, req, POLICY, view, now)
+
+
+def test_a_first_suspicion_excludes_the_node_for_the_job_and_drains_nothing() -> None:
+    state, verdict = handle(ACT, suspicion("n2"), cluster(4))
+    assert verdict.drain == () and verdict.hold == ()
+    assert verdict.suspected == ("n2",) and verdict.exclude == ("n2",)
+    assert verdict.job_exclusion == ("n2",)
+    record = state.nodes["n2"]
+    assert record.state is NodeLifecycle.SUSPECT and record.reason.startswith("suspected (excluded, not drained)")
+    assert record.incidents[-1].suspicion and "no hardware evidence" in record.incidents[-1].evidence
+    assert any("n2: suspicion recorded, not drained" in r for r in verdict.reasons)
+
+
+def test_the_same_job_implicating_the_node_again_drains_it_naming_both_incidents() -> None:
+    state, _ = handle(ACT, suspicion("n2", number=1), cluster(4))
+    state, verdict = handle(state, suspicion("n2", number=2, seconds=600), cluster(4))
+    assert verdict.drain == ("n2",) and verdict.suspected == ()
+    repeat = next(r for r in verdict.reasons if "implicated again" in r)
+    assert "42-1 (rank-killed, job 42)" in repeat and "now 42-2" in repeat
+
+
+def test_another_jobs_suspicion_within_the_window_escalates_even_at_low_confidence() -> None:
+    state, _ = handle(ACT, suspicion("n3", job=7), cluster(8))
+    state, verdict = handle(state, suspicion("n3", job=42, seconds=1800, confidence=0.4), cluster(8))
+    assert verdict.drain == ("n3",)
+    repeat = next(r for r in verdict.reasons if "implicated again" in r)
+    assert "7-1 (rank-killed, job 7)" in repeat and "now 42-1" in repeat
+
+
+def test_a_suspicion_older_than_the_window_does_not_escalate() -> None:
+    state, _ = handle(ACT, suspicion("n2", job=7), cluster(4))
+    state, verdict = handle(state, suspicion("n2", job=42, seconds=3601), cluster(4))
+    assert verdict.drain == () and verdict.suspected == ("n2",)
+
+
+def test_a_repeated_request_is_not_its_own_repeat() -> None:
+    state, _ = handle(ACT, suspicion("n2"), cluster(4))
+    state, verdict = handle(state, suspicion("n2"), cluster(4))
+    assert verdict.drain == () and verdict.suspected == ("n2",)
+
+
+def test_an_escalated_drain_still_obeys_the_breaker() -> None:
+    # Cap: 1 drain per window on 4 nodes; n1 drained earlier in the window.
+    state, _ = handle(ACT, suspicion("n2", number=1), cluster(4))
+    state = state.model_copy(update={"drains": (DrainEvent(at=T0, node="n1", partitions=("gpu",)),)})
+    state, verdict = handle(state, suspicion("n2", number=2, seconds=60), cluster(4))
+    assert verdict.drain == () and verdict.hold == ("n2",)
+
+
+def test_a_drain_rung_request_is_decided_as_before() -> None:
+    _, verdict = handle(ACT, suspicion("n2", rung=ActionRung.DRAIN, confidence=0.95), cluster(4))
+    assert verdict.drain == ("n2",) and verdict.suspected == ()
+
+
+def test_an_exclusion_that_would_leave_the_job_unplaceable_is_not_made() -> None:
+    # 3 nodes, n3 down: without n2 only n1 is left for a 2-node job.
+    _, verdict = handle(ACT, suspicion("n2", node_count=2), cluster(3, down=("n3",)))
+    assert verdict.exclude == () and verdict.suspected == ("n2",)
+    assert verdict.job_exclusion == ()
+    why = next(r for r in verdict.reasons if "not excluded" in r)
+    assert "needs 2 nodes" in why and "keep 1 placeable" in why and "restarted without this exclusion" in why
+
+
+def test_the_jobs_earlier_exclusions_count_against_its_placement() -> None:
+    # 4 nodes, the job already keeps n4 out: without n2 as well, n1 and n3 are left for a 3-node job.
+    _, verdict = handle(ACT, suspicion("n2", node_count=3, excluded_before=("n4",)), cluster(4))
+    assert verdict.exclude == ()
+    _, verdict = handle(ACT, suspicion("n2", node_count=2, excluded_before=("n4",)), cluster(4))
+    assert verdict.exclude == ("n2",) and verdict.job_exclusion == ("n4", "n2")
+
+
+def test_observe_mode_records_the_suspicion_and_acts_on_nothing() -> None:
+    state, verdict = handle(FleetState(cluster="c"), suspicion("n2"), cluster(4))
+    assert not verdict.act and verdict.drain == ()
+    assert state.nodes["n2"].incidents[-1].suspicion
+
+
+def test_the_standing_exclusion_is_bounded_newest_kept() -> None:
+    before = tuple(f"n{i}" for i in range(1, MAX_JOB_EXCLUSIONS + 1))
+    req = suspicion("n99", excluded_before=before)
+    kept = standing_exclusion(req, ["n99"])
+    assert len(kept) == MAX_JOB_EXCLUSIONS and kept[-1] == "n99" and "n1" not in kept
+
+
+def test_rebound_nodes_lists_the_suspicions_within_the_window() -> None:
+    state, _ = handle(ACT, suspicion("n2", job=7), cluster(4))
+    state, _ = handle(state, suspicion("n3", job=42, seconds=120), cluster(4))
+    assert [(n, i.incident) for n, i in active_suspicions(state, POLICY, T0 + timedelta(seconds=600))] == [
+        ("n3", "42-1"),
+        ("n2", "7-1"),
+    ]
+    assert [n for n, _ in active_suspicions(state, POLICY, T0 + timedelta(seconds=3700))] == ["n3"]
+    text = format_nodes(
+        FleetStatus(state=state, breaker=BreakerStatus(drained_in_window=0, cap=1, open=False), policy=POLICY),
+        now=T0 + timedelta(seconds=600),
+    )
+    assert "not drained; implicated again within 1 h: drained): 2" in text
+    assert "n3         2026-12-01 12:02:00  job 42 (42-1: rank-killed)" in text
+
+
+def test_a_suspect_with_nothing_in_the_window_is_healthy_again() -> None:
+    state, _ = handle(ACT, suspicion("n2"), cluster(4))
+    assert clear_stale_suspects(state, POLICY, T0 + timedelta(seconds=3600)) is state  # closed window: still suspect
+    later = clear_stale_suspects(state, POLICY, T0 + timedelta(seconds=3601))
+    record = later.nodes["n2"]
+    assert record.state is NodeLifecycle.HEALTHY and "no longer suspect" in record.reason
+    assert record.incidents == state.nodes["n2"].incidents  # the history stays (lemons read it)

@@ -1,0 +1,113 @@
+"""Suspicions end to end on the dev server with the FakeScheduler: a rank crash excludes its node
+for the job and drains nothing; the same node implicated again by another job is drained, both incidents named;
+the job's exclusion stands across its restarts; an exclusion that would leave the job unplaceable is not made."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest_asyncio
+from temporalio.client import Client
+
+from activities.slurm.port import RestartRequest
+from tests.workflows.test_job_recovery import Handle, Harness, until
+from workers.jobs_cli import render_timeline
+from workflows.domain.incident import ActionKind, ActionRung
+from workflows.domain.recovery import JobRecoveryStatus, RecoveryState
+
+
+@pytest_asyncio.fixture
+async def h(temporal_client: Client, task_queue: str, tmp_path: Path) -> AsyncIterator[Harness]:
+    harness = Harness(temporal_client, task_queue, tmp_path)
+    async with harness.worker():
+        yield harness
+
+
+def crash(h: Harness, job_id: int, rank: int, node: str) -> None:
+    """Rank ``rank`` on ``node`` exits on its own, its peer loses it, Slurm ends the job."""
+    ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    h.log(job_id, rank, f"{ts} [ERROR] rank={rank}/2 node={node} step=8 fatal error: exiting with code 137")
+    h.log(job_id, 1 - rank, "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.1]:1")
+    h.sched.fail_job(job_id, exit_code=137)
+
+
+def drains(st: JobRecoveryStatus, number: int) -> list[str]:
+    return [a.target for a in st.incidents[number - 1].actions if a.kind is ActionKind.DRAIN]
+
+
+def restarts(h: Harness, job_id: int) -> list[tuple[str, ...]]:
+    """The exclusion each restart of the job asked for."""
+    requests = [c.args[0] for c in h.sched.calls if c.method == "restart_excluding"]
+    return [r.exclude for r in requests if isinstance(r, RestartRequest) and r.job_id == job_id]
+
+
+def fleet_notes(st: JobRecoveryStatus, number: int) -> str:
+    return " | ".join(e.detail for e in st.timeline if e.event == "FLEET" and e.incident == number)
+
+
+async def resumed(h: Harness, handle: Handle, job_id: int, count: int) -> JobRecoveryStatus:
+    await until(handle, lambda s: s.state is RecoveryState.VERIFYING and len(s.incidents) == count)
+    h.sched.schedule()
+    h.step(job_id, 0, 9, h.sched.jobs[job_id].nodes[0])
+    return await until(
+        handle, lambda s: s.state is RecoveryState.WATCHING and s.incidents[-1].resumed_at is not None, timeout=30
+    )
+
+
+async def test_the_same_node_implicated_by_another_job_is_drained_naming_both(h: Harness) -> None:
+    a = h.sched.submit(h.nodes[:2], name="a")
+    handle_a = await h.start(a.job_id)
+    await until(handle_a, lambda s: s.state is RecoveryState.WATCHING)
+    crash(h, a.job_id, 1, h.nodes[1])
+    st_a = await resumed(h, handle_a, a.job_id, 1)
+    assert drains(st_a, 1) == [] and not h.sched.nodes[h.nodes[1]].is_drained
+    assert restarts(h, a.job_id) == [(h.nodes[1],)]
+    assert h.nodes[1] not in h.sched.jobs[a.job_id].nodes
+    assert "suspicion recorded, not drained" in fleet_notes(st_a, 1)
+    assert f"  action      exclude: exclude {h.nodes[1]} from this job's next placement" in render_timeline(st_a)
+
+    b = h.sched.submit([h.nodes[1], h.nodes[3]], name="b")
+    handle_b = await h.start(b.job_id)
+    await until(handle_b, lambda s: s.state is RecoveryState.WATCHING)
+    crash(h, b.job_id, 0, h.nodes[1])
+    st_b = await until(handle_b, lambda s: s.state is RecoveryState.VERIFYING)
+    inc = st_b.incidents[0]
+    assert inc.attribution is not None and inc.attribution.action is ActionRung.EXCLUDE
+    assert drains(st_b, 1) == [h.nodes[1]] and h.sched.nodes[h.nodes[1]].is_drained
+    notes = fleet_notes(st_b, 1)
+    assert f"{h.nodes[1]}: implicated again" in notes
+    assert f"{a.job_id}-1 (rank-crash, job {a.job_id})" in notes and f"now {b.job_id}-1" in notes
+    await handle_a.terminate()
+    await handle_b.terminate()
+
+
+async def test_the_jobs_exclusion_stands_across_its_restarts(h: Harness) -> None:
+    job = h.sched.submit(h.nodes[:2])
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    crash(h, job.job_id, 1, h.nodes[1])
+    await resumed(h, handle, job.job_id, 1)
+    second = h.sched.jobs[job.job_id].nodes[1]
+    assert second != h.nodes[1]
+    crash(h, job.job_id, 1, second)
+    st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING and len(s.incidents) == 2)
+    assert restarts(h, job.job_id) == [(h.nodes[1],), (second, h.nodes[1])]
+    assert drains(st, 2) == []  # a different node: another suspicion, not a repeat
+    await handle.terminate()
+
+
+async def test_an_exclusion_that_leaves_the_job_unplaceable_is_not_made(h: Harness) -> None:
+    job = h.sched.submit(h.nodes)  # every node of the cluster
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    crash(h, job.job_id, 1, h.nodes[1])
+    st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
+    assert restarts(h, job.job_id) == [()]
+    assert drains(st, 1) == [] and not h.sched.nodes[h.nodes[1]].is_drained
+    notes = fleet_notes(st, 1)
+    assert f"{h.nodes[1]}: not excluded: the job needs 4 nodes" in notes and "restarted without this exclusion" in notes
+    assert not [e for e in st.timeline if e.event == "EXCLUDED"]
+    await asyncio.wait_for(handle.terminate(), 10)
