@@ -88,12 +88,15 @@ class WatchActivities:
         snapshots: SnapshotCache,
         logs: LogPolicy | None = None,
         checkpoints: CheckpointScanner | None = None,
+        checkpoint_scan_every_s: float = 10.0,
     ) -> None:
         self._snapshots = snapshots
         self._logs = logs or LogPolicy()
         # The checkpoint scanner (``activities.checkpoints``), for the resume check of jobs with a ``ckpt=``
         # directory; None: a new checkpoint is not looked for.
         self._checkpoints = checkpoints
+        # A scan reads every save's metadata (over a shared file system): not at every 0.5 s poll.
+        self._scan_every_s = checkpoint_scan_every_s
 
     async def _fresh_since(self, started: datetime) -> ClusterSnapshot:
         """The shared snapshot, unless it predates ``started`` (e.g. the requeue being verified): then a new one."""
@@ -204,6 +207,8 @@ class WatchActivities:
         checkpoint = ""
         from_scratch = False
         loaded_at_step: int | None = None
+        latest: CheckpointRef | None = None
+        scanned_at: datetime | None = None
         started = datetime.now(UTC)
         while True:
             snap = await self._fresh_since(started)
@@ -228,7 +233,10 @@ class WatchActivities:
                     loaded_at_step = progress.checkpoint.step
                     loads = (progress.checkpoint.at,)
                 steps = (StepLine(step=m.step, at=m.at) for m in map(parse_step, lines) if m is not None)
-                latest = await asyncio.to_thread(self._latest_checkpoint, inp.checkpoint_dir)
+                every = self._scan_every_s
+                if inp.checkpoint_dir and (scanned_at is None or (now - scanned_at).total_seconds() >= every):
+                    latest = await asyncio.to_thread(self._latest_checkpoint, inp.checkpoint_dir)
+                    scanned_at = now
                 heartbeats = await asyncio.to_thread(self._heartbeats, inp, job)
                 decision = decide_resume(
                     facts.model_copy(

@@ -98,7 +98,7 @@ class ResumeHarness(Harness):
     """The recovery harness with the checkpoint scanner wired into the resume check."""
 
     def watch_activities(self) -> WatchActivities:
-        return WatchActivities(self.snapshots, checkpoints=scan_lightning_dir)
+        return WatchActivities(self.snapshots, checkpoints=scan_lightning_dir, checkpoint_scan_every_s=0.2)
 
     def extra_activities(self) -> list[Callable[..., Any]]:
         return [fake_checkpoint_scan, fake_checkpoint_quarantine]
@@ -270,11 +270,12 @@ async def test_a_corrupt_checkpoint_is_retried_once_then_given_up_with_what_to_d
     result = await asyncio.wait_for(handle.result(), 30)
     st = await handle.query(JobRecoveryWorkflow.status)
     retried, final = st.incidents[1], st.incidents[2]
-    assert retried.attribution is not None and retried.attribution.cause == "checkpoint-corrupt"
+    assert retried.attribution is not None and retried.attribution.cause == "checkpoint-unreadable"
     assert retried.attribution.retryable and "step=200.ckpt.tmp" in retried.attribution.explanation
     assert "failed again after it started (logged a checkpoint load)" in retried.anomaly.summary
     assert final.attribution is not None and not final.attribution.retryable
     assert (
-        final.attribution.cause == "checkpoint-corrupt" and "ckpt_fallback=quarantine" in final.attribution.explanation
+        final.attribution.cause == "checkpoint-unreadable"
+        and "ckpt_fallback=quarantine" in final.attribution.explanation
     )
     assert result.state is RecoveryState.GAVE_UP and st.restarts_used == 2  # not the whole budget of 5

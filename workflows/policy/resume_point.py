@@ -51,7 +51,7 @@ from workflows.domain.progress import ProgressState
 from workflows.domain.resume_point import RestartCheckpoint, ResumePoint
 
 __all__ = [
-    "CHECKPOINT_CORRUPT_CAUSE",
+    "CHECKPOINT_UNREADABLE_CAUSE",
     "corrupt_checkpoint_retry",
     "from_scratch_anomaly",
     "is_checkpoint_load_failure",
@@ -61,7 +61,10 @@ __all__ = [
     "should_quarantine",
 ]
 
-CHECKPOINT_CORRUPT_CAUSE = "checkpoint-corrupt"
+#: The cause of a checkpoint that cannot be loaded: the attribution names it for the signature library's checkpoint
+#: load findings (``FindingKind.CHECKPOINT_LOAD`` on the formats branch), and this policy makes it retryable when
+#: an older valid checkpoint exists.
+CHECKPOINT_UNREADABLE_CAUSE = "checkpoint-unreadable"
 
 
 def last_seen_step(progress: ProgressState | None) -> int | None:
@@ -162,7 +165,8 @@ def from_scratch_anomaly(checkpoint: RestartCheckpoint, note: str, observed_at: 
 
 def is_checkpoint_load_failure(finding: LogFinding) -> bool:
     """A culprit line that says a checkpoint could not be read: the signature library's checkpoint I/O rows (an
-    exception it classes as infrastructure, not the training code's)."""
+    exception it classes as infrastructure, not the training code's). An attribution whose cause is already
+    ``checkpoint-unreadable`` (a dedicated load finding) counts too (``corrupt_checkpoint_retry``)."""
     return (
         finding.culprit
         and finding.kind is FindingKind.PYTHON_EXCEPTION
@@ -177,11 +181,13 @@ def corrupt_checkpoint_retry(
     fallback: CheckpointFallback,
     earlier: Iterable[Incident] = (),
 ) -> Attribution:
-    """``attribution``, or a retryable ``checkpoint-corrupt`` one when the failure is a checkpoint that cannot be
+    """``attribution``, or a retryable ``checkpoint-unreadable`` one when the failure is a checkpoint that cannot be
     loaded while an older valid one exists (see the module docstring)."""
     if attribution.retryable or checkpoint is None:
         return attribution
     failed = [f for f in findings if is_checkpoint_load_failure(f)]
+    if not failed and attribution.cause == CHECKPOINT_UNREADABLE_CAUSE:
+        failed = [f for f in findings if f.culprit]
     target = _fallback_target(checkpoint)
     if not failed or target is None:
         return attribution
@@ -189,7 +195,7 @@ def corrupt_checkpoint_retry(
     line = failed[0].text[:200]
     again = any(
         i.attribution is not None
-        and i.attribution.cause == CHECKPOINT_CORRUPT_CAUSE
+        and i.attribution.cause == CHECKPOINT_UNREADABLE_CAUSE
         and i.checkpoint is not None
         and _suspect(i.checkpoint) == suspect
         for i in earlier
@@ -201,13 +207,13 @@ def corrupt_checkpoint_retry(
             f"quarantine, or move it aside so the framework resumes from {target}"
         )
         return attribution.model_copy(
-            update={"cause": CHECKPOINT_CORRUPT_CAUSE, "failure_class": FailureClass.INFRASTRUCTURE,
+            update={"cause": CHECKPOINT_UNREADABLE_CAUSE, "failure_class": FailureClass.INFRASTRUCTURE,
                     "explanation": explanation}
         )  # fmt: skip
     how = "it is set aside before the restart" if fixes else "the restart tries again"
     return Attribution(
         failure_class=FailureClass.INFRASTRUCTURE,
-        cause=CHECKPOINT_CORRUPT_CAUSE,
+        cause=CHECKPOINT_UNREADABLE_CAUSE,
         retryable=True,
         confidence=0.7,
         implicated_ranks=tuple(sorted({f.rank for f in failed if f.rank is not None})),

@@ -171,7 +171,7 @@ def test_a_load_failure_is_the_checkpoint_io_rows_culprit_line() -> None:
 def test_a_corrupt_checkpoint_with_an_older_valid_one_is_retryable_not_the_users_bug() -> None:
     partial = RestartCheckpoint(dir="/ck", latest_valid=_ref(180), partial_newest=PARTIAL)
     retried = corrupt_checkpoint_retry(USER_BUG, [LOAD_FAILED], partial, CheckpointFallback.OFF)
-    assert retried.retryable and retried.cause == "checkpoint-corrupt"
+    assert retried.retryable and retried.cause == "checkpoint-unreadable"
     assert retried.failure_class is FailureClass.INFRASTRUCTURE and retried.implicated_nodes == ()
     assert "could not load /ck/epoch=0-step=200.ckpt.tmp" in retried.explanation
     assert "/ck/epoch=0-step=180.ckpt is valid: the restart tries again" in retried.explanation
@@ -207,9 +207,20 @@ def test_the_same_checkpoint_failing_again_without_quarantine_is_not_retried() -
         }
     )
     again = corrupt_checkpoint_retry(USER_BUG, [LOAD_FAILED], partial, CheckpointFallback.OFF, [earlier])
-    assert not again.retryable and again.cause == "checkpoint-corrupt"
+    assert not again.retryable and again.cause == "checkpoint-unreadable"
     assert "set ckpt_fallback=quarantine, or move it aside" in again.explanation
     # With quarantine asked, it is set aside this time: retried.
     assert corrupt_checkpoint_retry(
         USER_BUG, [LOAD_FAILED], partial, CheckpointFallback.QUARANTINE, [earlier]
     ).retryable
+
+
+def test_an_attribution_already_naming_an_unreadable_checkpoint_is_retried_the_same_way() -> None:
+    unreadable = Attribution(
+        failure_class=FailureClass.INFRASTRUCTURE, cause="checkpoint-unreadable", retryable=False, confidence=0.8
+    )
+    dedicated = LOAD_FAILED.model_copy(update={"kind": FindingKind.RANK_EXIT, "failure_class": None})
+    partial = RestartCheckpoint(dir="/ck", latest_valid=_ref(180), partial_newest=PARTIAL)
+    retried = corrupt_checkpoint_retry(unreadable, [dedicated], partial, CheckpointFallback.OFF)
+    assert retried.retryable and retried.cause == "checkpoint-unreadable"
+    assert corrupt_checkpoint_retry(unreadable, [], partial, CheckpointFallback.OFF) == unreadable
