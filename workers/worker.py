@@ -62,8 +62,9 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
     snapshots = build_snapshot_cache(scheduler, settings.watch)
     discovery = build_discovery_activities(client, snapshots, settings)
     logs = LogPolicy(settings.watch.log_roots, require_owner=settings.watch.log_require_owner)
-    watch = WatchActivities(snapshots, logs)
     checkpoints = CheckpointActivities(logs)  # a job's ckpt= directory is bounded like its log files
+    # The resume check looks for a new complete checkpoint of a job that prints no step line (same policy).
+    watch = WatchActivities(snapshots, logs, checkpoints=checkpoints.scan)
     attribution = AttributionActivities(scheduler, logs)
     actions = SlurmActionActivities(scheduler)
     submissions = SubmissionActivities(scheduler, settings.state_dir)

@@ -14,6 +14,7 @@ anywhere the worker can reach.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from workflows.domain.checkpoints import (
 )
 
 __all__ = ["CheckpointActivities", "directory_refusal"]
+
+_log = logging.getLogger(__name__)
 
 
 def directory_refusal(access: LogAccess | None, directory: str) -> str | None:
@@ -63,14 +66,18 @@ class CheckpointActivities:
     def __init__(self, logs: LogPolicy) -> None:
         self._logs = logs
 
+    def scan(self, directory: Path, owner_uid: int | None) -> CheckpointReport:
+        """``scan_checkpoints`` under the access policy: the one path for the activity and the resume check."""
+        refused = directory_refusal(self._logs.access_for_user(owner_uid), str(directory))
+        if refused is not None:
+            _log.warning("checkpoint directory %s not scanned: %s", directory, refused)
+            return CheckpointReport(dir=str(directory), format=None, latest_valid=None, error=f"not scanned: {refused}")
+        return scan_checkpoints(directory)
+
     @activity.defn(name="checkpoint_scan")
     async def checkpoint_scan(self, inp: CheckpointScanInput) -> CheckpointReport:
         """Discover and check every checkpoint in ``inp.dir``; the newest valid one, the incomplete ones."""
-        refused = directory_refusal(self._logs.access_for_user(inp.expected_owner_uid), inp.dir)
-        if refused is not None:
-            activity.logger.warning("checkpoint directory %s not scanned: %s", inp.dir, refused)
-            return CheckpointReport(dir=inp.dir, format=None, latest_valid=None, error=f"not scanned: {refused}")
-        return await asyncio.to_thread(scan_checkpoints, Path(inp.dir))
+        return await asyncio.to_thread(self.scan, Path(inp.dir), inp.expected_owner_uid)
 
     @activity.defn(name="checkpoint_quarantine")
     async def checkpoint_quarantine(self, inp: CheckpointQuarantineInput) -> CheckpointQuarantineResult:

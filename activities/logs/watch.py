@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from temporalio import activity
@@ -20,6 +21,8 @@ from activities.logs.job_logs import LogPolicy, log_patterns
 from activities.logs.line import LogLine
 from activities.logs.progress import find_progress, parse_step
 from activities.slurm.snapshots import SnapshotCache
+from workflows.domain.checkpoints import CheckpointRef, CheckpointReport
+from workflows.domain.incident import LogFinding
 from workflows.domain.loop import (
     JobWatchInput,
     JobWatchResult,
@@ -28,10 +31,14 @@ from workflows.domain.loop import (
     WaitResumeInput,
     WaitResumeResult,
 )
-from workflows.domain.progress import ProgressSample, ProgressState, note_activity, observe
+from workflows.domain.progress import ProgressSample, ProgressSignal, ProgressState, note_activity, observe
 from workflows.domain.slurm import ClusterSnapshot, SlurmJob
 from workflows.policy.attribution import block_rank_layout
 from workflows.policy.watch import ResumeFacts, StepLine, WatchAction, WatchFacts, decide_poll, decide_resume
+
+#: Reads a checkpoint directory owned by the given uid under the worker's access policy
+#: (``activities.checkpoints.activities.CheckpointActivities.scan``); never raises for a bad directory.
+CheckpointScanner = Callable[[Path, int | None], CheckpointReport]
 
 _NODE_TOKEN = re.compile(r"(?<![\w.])node=([A-Za-z0-9][\w.-]{0,63})")
 
@@ -78,9 +85,20 @@ def unresponsive(snapshot: ClusterSnapshot, nodes: Sequence[str]) -> list[str]:
 class WatchActivities:
     """Job watching and resume verification, sharing the worker's scheduler snapshot."""
 
-    def __init__(self, snapshots: SnapshotCache, logs: LogPolicy | None = None) -> None:
+    def __init__(
+        self,
+        snapshots: SnapshotCache,
+        logs: LogPolicy | None = None,
+        checkpoints: CheckpointScanner | None = None,
+        checkpoint_scan_every_s: float = 10.0,
+    ) -> None:
         self._snapshots = snapshots
         self._logs = logs or LogPolicy()
+        # The checkpoint scanner (``activities.checkpoints``), for the resume check of jobs with a ``ckpt=``
+        # directory; None: a new checkpoint is not looked for.
+        self._checkpoints = checkpoints
+        # A scan reads every save's metadata (over a shared file system): not at every 0.5 s poll.
+        self._scan_every_s = checkpoint_scan_every_s
 
     async def _fresh_since(self, started: datetime) -> ClusterSnapshot:
         """The shared snapshot, unless it predates ``started`` (e.g. the requeue being verified): then a new one."""
@@ -136,6 +154,7 @@ class WatchActivities:
                 stragglers=inp.stragglers,
                 straggler_action=inp.straggler_action,
                 reported_straggler_nodes=inp.reported_straggler_nodes,
+                sample_due=inp.sample_after_s is not None and (now - started).total_seconds() >= inp.sample_after_s,
             )
             decision = decide_poll(facts)
             if decision.action is WatchAction.REFRESH_SCHEDULER:
@@ -187,46 +206,133 @@ class WatchActivities:
 
     @activity.defn(name="job_wait_resume")
     async def wait_resume(self, inp: WaitResumeInput) -> WaitResumeResult:
-        """Return once the restarted job logs a training step (after its checkpoint line, if it prints one)."""
+        """Return once the restarted job trains again (a step line, a new checkpoint), fails again, or goes away.
+
+        The new attempt's findings and signs of life are kept across polls (and attempts of this activity, in the
+        heartbeat details): a job that fails again is judged on its own lines, and "failed before it trained" is
+        said only when it showed no sign of progress at all.
+        """
         state = _resume_details(inp.offsets)
         offsets: dict[str, int] = state["offsets"]
+        kept = _kept_resume_evidence()
+        findings: list[LogFinding] = kept[0]
+        signs: list[ProgressSignal] = kept[1]
         checkpoint = ""
+        from_scratch = False
         loaded_at_step: int | None = None
+        latest: CheckpointRef | None = None
+        scanned_at: datetime | None = None
         started = datetime.now(UTC)
         while True:
             snap = await self._fresh_since(started)
             job = snap.job(inp.job_id)
             now = datetime.now(UTC)
-            facts = ResumeFacts(job=job, expected_restart_count=inp.expected_restart_count, not_before=inp.not_before)
+            facts = ResumeFacts(
+                job=job,
+                expected_restart_count=inp.expected_restart_count,
+                not_before=inp.not_before,
+                restart_checkpoint=inp.restart_checkpoint,
+            )
             decision = decide_resume(facts)
             if decision.read_logs and job is not None:
                 tail = self._logs.tail(log_patterns(inp.log_patterns, job, inp.job_id), job, inp.job_id)
                 lines, offsets = await asyncio.to_thread(tail.read_new, offsets)
-                activity.heartbeat({"offsets": offsets, "polls": 0, "nodes": list(job.nodes)})
                 progress = find_progress(lines)
+                loads: tuple[datetime | None, ...] = ()
                 if progress is not None and progress.checkpoint is not None:
                     loaded = progress.checkpoint.loaded
                     checkpoint = "none: started from scratch" if loaded is None else (loaded or "an unnamed checkpoint")
+                    from_scratch = loaded is None
                     loaded_at_step = progress.checkpoint.step
+                    loads = (progress.checkpoint.at,)
                 steps = (StepLine(step=m.step, at=m.at) for m in map(parse_step, lines) if m is not None)
-                findings = tuple(to_findings(scan(lines)))
+                every = self._scan_every_s
+                if inp.checkpoint_dir and (scanned_at is None or (now - scanned_at).total_seconds() >= every):
+                    latest = await asyncio.to_thread(self._latest_checkpoint, inp.checkpoint_dir, job.user_id)
+                    scanned_at = now
+                heartbeats = await asyncio.to_thread(self._heartbeats, inp, job)
                 decision = decide_resume(
-                    facts.model_copy(update={"logs_read": True, "steps": tuple(steps), "findings": findings})
+                    facts.model_copy(
+                        update={
+                            "logs_read": True,
+                            "steps": tuple(steps),
+                            "findings": tuple(to_findings(scan(lines))),
+                            "checkpoint_loads": loads,
+                            "heartbeats": heartbeats,
+                            "latest_checkpoint": latest,
+                        }
+                    )
+                )
+                findings = (findings + list(decision.findings))[:MAX_SUCCESSOR_FINDINGS]
+                signs += [s for s in decision.signs_of_life if s not in signs]
+                activity.heartbeat(
+                    {
+                        "offsets": offsets,
+                        "polls": 0,
+                        "nodes": list(job.nodes),
+                        "findings": [f.model_dump(mode="json") for f in findings],
+                        "signs": [s.value for s in signs],
+                    }
                 )
             first = decision.first_step
-            if decision.outcome is ResumeOutcome.RESUMED and first is not None:
+            if decision.outcome is ResumeOutcome.RESUMED:
                 return WaitResumeResult(
                     outcome=ResumeOutcome.RESUMED,
-                    observed_at=first.at or now,
-                    step=first.step,
+                    observed_at=(first.at if first is not None else None) or now,
+                    step=first.step if first is not None else None,
                     checkpoint=checkpoint,
+                    from_scratch=from_scratch,
                     checkpoint_step=loaded_at_step,
                     offsets=offsets,
                     job=job,
+                    signal=decision.signal,
+                    signs_of_life=tuple(signs),
+                    new_checkpoint=decision.new_checkpoint,
+                )
+            if decision.outcome is ResumeOutcome.FAILED_AGAIN:
+                return WaitResumeResult(
+                    outcome=decision.outcome,
+                    observed_at=now,
+                    offsets=offsets,
+                    job=job,
+                    checkpoint=checkpoint,
+                    checkpoint_step=loaded_at_step,
+                    signs_of_life=tuple(signs),
+                    findings=tuple(findings),
                 )
             if decision.outcome is not None:
                 return WaitResumeResult(outcome=decision.outcome, observed_at=now, offsets=offsets, job=job)
             await asyncio.sleep(inp.poll_interval_s)
+
+    def _latest_checkpoint(self, directory: str, owner_uid: int | None) -> CheckpointRef | None:
+        """The newest valid checkpoint in ``directory``; None without a directory, a scanner, or a valid one."""
+        if not directory or self._checkpoints is None:
+            return None
+        report = self._checkpoints(Path(directory), owner_uid)
+        return None if report.error else report.latest_valid
+
+    def _heartbeats(self, inp: WaitResumeInput, job: SlurmJob) -> tuple[datetime, ...]:
+        if not inp.heartbeat_patterns:
+            return ()
+        return tuple(heartbeat_times(inp.heartbeat_patterns, inp.job_id, self._logs.access(job)).values())
+
+
+#: The new attempt's findings kept for a ``FAILED_AGAIN`` answer: the first ones (the culprit's line comes early).
+MAX_SUCCESSOR_FINDINGS = 32
+
+
+def _kept_resume_evidence() -> tuple[list[LogFinding], list[ProgressSignal]]:
+    """The new attempt's findings and signs of life a previous attempt of ``job_wait_resume`` heartbeated."""
+    details = activity.info().heartbeat_details
+    if not details or not isinstance(details[-1], dict):
+        return [], []
+    last = details[-1]
+    findings: list[LogFinding] = []
+    signs: list[ProgressSignal] = []
+    with contextlib.suppress(ValueError, TypeError):  # an older worker's shape: start afresh
+        findings = [LogFinding.model_validate(f) for f in last.get("findings", [])]
+        signs = [ProgressSignal(s) for s in last.get("signs", [])]
+    return findings[:MAX_SUCCESSOR_FINDINGS], signs
 
 
 def _resume_details(initial_offsets: dict[str, int]) -> dict[str, Any]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest_asyncio
 from temporalio.client import Client, WorkflowHandle
@@ -58,9 +59,16 @@ class Harness:
             mode=FleetMode.ACT, breaker_max_fraction=1.0, breaker_max_nodes=100, health_check_after_s=3600
         )
 
+    def watch_activities(self) -> WatchActivities:
+        return WatchActivities(self.snapshots)
+
+    def extra_activities(self) -> list[Callable[..., Any]]:
+        """Fakes registered by name beside the real activities (a subclass's)."""
+        return []
+
     def worker(self) -> Worker:
         slurm = SlurmActivities(self.sched)
-        watch = WatchActivities(self.snapshots)
+        watch = self.watch_activities()
         attribution = AttributionActivities(self.sched)
         actions = SlurmActionActivities(self.sched)
         submissions = SubmissionActivities(self.sched, self.tmp / "state")
@@ -85,6 +93,7 @@ class Harness:
                 fleet.cluster_view,
                 fleet.resume_node,
                 NotifyActivities(None).notify_webhook,  # no webhook configured: "disabled" at once
+                *self.extra_activities(),
             ],
         )
 

@@ -26,7 +26,16 @@ class HangPolicy(Frozen):
     override_s: float | None = Field(None, gt=0)
     """The job's own window (``RecoverySpec.hang_after_s``): replaces the learned one, not the startup window."""
     require_progress_seen: bool = True
-    """No verdict until a step line was seen at all (an unrecognised log format is not a hang)."""
+    """No verdict until a step line (or a heartbeat file's touch) was seen at all (an unrecognised log format is
+    not a hang)."""
+    silent_default_s: float = Field(1800.0, gt=0)
+    """For a job that prints no step line: the window when it names none (``hang=``) and its checkpoint cadence is
+    not learned yet (ranks parked in one collective this long, or no checkpoint, heartbeat or CPU time)."""
+    cadence_factor: float = Field(2.0, ge=1.0, le=100)
+    """For a job that prints no step line: the window learned from its checkpoints is this many times the longest
+    interval between two of its saves."""
+    cadence_min_intervals: int = Field(2, ge=1)
+    """Intervals between saves needed before the checkpoint cadence sets the window."""
 
 
 class WindowBasis(StrEnum):
@@ -39,6 +48,10 @@ class WindowBasis(StrEnum):
     LONGEST = "longest"
     """``longest_factor`` x the longest gap the job came back from."""
     OVERRIDE = "override"
+    CHECKPOINT_CADENCE = "checkpoint_cadence"
+    """A job without step lines: ``cadence_factor`` x the longest interval between its checkpoint saves."""
+    DEFAULT = "default"
+    """A job without step lines and no learned cadence: the operator's ``silent_default_s``."""
 
 
 class RankSilence(Frozen):

@@ -12,6 +12,7 @@ from workflows.domain.findings import FindingKind
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.hang import HangVerdict
 from workflows.domain.procs import RankProcess, RankStack
+from workflows.domain.resume_point import RestartCheckpoint, ResumePoint
 from workflows.domain.straggler import StragglerVerdict
 
 
@@ -47,6 +48,8 @@ class AnomalyKind(StrEnum):
     """No rank made progress (step lines, heartbeat files) for the job's hang window."""
     STRAGGLER = "straggler"
     """A rank (and its node) persistently slower than its peers: the job runs, but at the straggler's pace."""
+    RESTARTED_FROM_SCRATCH = "restarted_from_scratch"
+    """The restarted job trains from step 0 although a valid checkpoint existed: its progress was thrown away."""
 
 
 class Anomaly(Frozen):
@@ -136,6 +139,8 @@ class ActionKind(StrEnum):
     DRAIN = "drain"
     REQUEUE = "requeue"
     RESUBMIT = "resubmit"
+    QUARANTINE = "quarantine"
+    """A partial newest checkpoint set aside before the restart (``ckpt_fallback=quarantine``)."""
 
 
 class ActionRecord(Frozen):
@@ -184,6 +189,10 @@ class Incident(Frozen):
     """The ranks' processes (state, CPU time, wait channel) when the hang was confirmed."""
     odd_ranks: tuple[int, ...] = ()
     """Ranks whose stack differs from the majority's: the likely culprits of a hang."""
+    checkpoint: RestartCheckpoint | None = None
+    """The job's checkpoints before the restart: the one it should resume from, the steps lost, a partial save."""
+    resume_point: ResumePoint | None = None
+    """Where the restarted job started, against ``checkpoint``."""
 
     @property
     def recovery_action_s(self) -> float | None:

@@ -8,11 +8,12 @@ from enum import StrEnum
 from pydantic import Field
 
 from workflows.domain.base import Frozen
+from workflows.domain.checkpoints import CheckpointRef
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.hang import HangPolicy, HangVerdict
 from workflows.domain.incident import Anomaly, Attribution, LogFinding
 from workflows.domain.procs import RankProcess
-from workflows.domain.progress import ProgressState
+from workflows.domain.progress import ProgressSignal, ProgressState
 from workflows.domain.recovery import StragglerAction
 from workflows.domain.slurm import JobState, SlurmJob
 from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
@@ -40,6 +41,9 @@ class JobWatchInput(Frozen):
     straggler_action: StragglerAction = StragglerAction.REPORT
     reported_straggler_nodes: tuple[str, ...] = ()
     """Nodes already reported as stragglers in this attempt: reported again only if the set grows."""
+    sample_after_s: float | None = Field(None, gt=0)
+    """While the running job has shown no step line: return ``SAMPLE`` after this long, so the workflow samples
+    its ranks' stacks and checkpoints (progress without step lines); None: never."""
 
 
 class WatchOutcome(StrEnum):
@@ -48,6 +52,8 @@ class WatchOutcome(StrEnum):
     ANOMALY = "anomaly"
     GONE = "gone"
     """The scheduler no longer lists the job."""
+    SAMPLE = "sample"
+    """The job runs and has shown no step line for ``sample_after_s``: sample its ranks (``JobWatchInput``)."""
 
 
 class LogAnchorInput(Frozen):
@@ -151,6 +157,12 @@ class WaitResumeInput(Frozen):
     not_before: datetime | None = None
     """When the restart was verified: step lines stamped earlier are the old attempt's (a hung, slow or silently
     faulted job still trains until Slurm kills it), and unstamped ones count only once the new attempt runs."""
+    heartbeat_patterns: tuple[str, ...] = ()
+    """The job's heartbeat files (``heartbeat=``): touched after the restart, the job is alive."""
+    checkpoint_dir: str = ""
+    """The job's ``ckpt=`` directory: a complete checkpoint saved there after the restart means it trains again."""
+    restart_checkpoint: CheckpointRef | None = None
+    """The latest valid checkpoint when the job was restarted (the one it should resume from); a newer one is new."""
 
 
 class ResumeOutcome(StrEnum):
@@ -167,7 +179,18 @@ class WaitResumeResult(Frozen):
     step: int | None = None
     """The first training step the restarted job logged."""
     checkpoint: str = ""
+    from_scratch: bool = False
+    """The job's own line said it found no checkpoint to load (it starts from step 0)."""
     checkpoint_step: int | None = None
     """The step the loaded checkpoint holds, when the job says: ``step - checkpoint_step - 1`` steps were redone."""
     offsets: dict[str, int] = {}
     job: SlurmJob | None = None
+    signal: ProgressSignal | None = None
+    """With ``RESUMED``: which signal decided (a step line, a new checkpoint, advancing stacks)."""
+    signs_of_life: tuple[ProgressSignal, ...] = ()
+    """Every progress signal the restarted attempt showed (with ``FAILED_AGAIN``: it had started, so it did not
+    fail "before it trained" unless this is empty)."""
+    findings: tuple[LogFinding, ...] = ()
+    """With ``FAILED_AGAIN``: the restarted attempt's own crash lines (bounded), attributed by the next incident."""
+    new_checkpoint: CheckpointRef | None = None
+    """With ``RESUMED`` by ``CHECKPOINT``: the checkpoint the restarted attempt saved."""

@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 
 from pydantic import Field, field_validator
 
@@ -37,6 +38,7 @@ __all__ = [
     "MAX_DURATION_S",
     "MAX_RANKS",
     "ProgressSample",
+    "ProgressSignal",
     "ProgressState",
     "RankProgress",
     "aware",
@@ -57,6 +59,31 @@ MAX_DURATION_S = 30 * 24 * 3600.0
 # Decimals kept: milliseconds for gaps (what log timestamps resolve), microseconds for logged times; short JSON.
 _GAP_DECIMALS = 3
 _TIME_DECIMALS = 6
+
+
+class ProgressSignal(StrEnum):
+    """A sign that a job trains, besides the per-rank step lines the watch folds into ``ProgressState``.
+
+    A job that prints no step line (Lightning under Slurm without a TTY prints no bar) still shows these; the
+    resume check names the one that decided, and a restarted job that fails again is said to have "failed before
+    it trained" only when none of them showed.
+    """
+
+    STEP_LINE = "step_line"
+    """A training step line of the restarted attempt."""
+    CHECKPOINT = "checkpoint"
+    """A new complete checkpoint in the job's ``ckpt=`` directory, saved after the restart (it trained to save it)."""
+    STACKS = "stacks"
+    """The ranks' stacks sampled by the node agents moved between samples (not all parked in one collective)."""
+    HEARTBEAT = "heartbeat"
+    """A heartbeat file touched after the restart: alive, not proof of a trained step."""
+    CHECKPOINT_LOAD = "checkpoint_load"
+    """The framework's own line saying which checkpoint it loaded: started, not proof of a trained step."""
+
+    @property
+    def proves_training(self) -> bool:
+        """Whether this signal alone means the job trains again (a heartbeat or a load line only says it lives)."""
+        return self in (ProgressSignal.STEP_LINE, ProgressSignal.CHECKPOINT, ProgressSignal.STACKS)
 
 
 def aware(at: datetime) -> datetime:

@@ -13,7 +13,8 @@ from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.fleet import IsolationDecision
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.hang import HangPolicy, HangVerdict
-from workflows.domain.incident import Anomaly, Incident, TimelineEntry
+from workflows.domain.incident import Anomaly, Incident, LogFinding, TimelineEntry
+from workflows.domain.liveness import LivenessState
 from workflows.domain.notify import Notification
 from workflows.domain.progress import ProgressState
 from workflows.domain.slurm import JobState, SlurmJob
@@ -108,6 +109,10 @@ class DetectionPolicy(Frozen):
     """How far ahead a straggler's loss is projected (Slurm 22.05's job listing gives Rebound no time limit)."""
     stack_dump_timeout_s: float = Field(10.0, gt=0, le=120)
     """Per rank: how long a py-spy dump of a hung rank may take before the job is restarted anyway."""
+    silent_sample_s: float = Field(300.0, ge=0)
+    """A running job that has shown no step line (nor heartbeat) gets its ranks' stacks and its checkpoint
+    directory sampled this often (progress without step lines; its hang window is ``hang.silent_default_s`` or
+    learned); 0: never."""
 
 
 class JobRecoveryInput(Frozen):
@@ -194,7 +199,12 @@ class JobRecoveryState(Frozen):
     decisions: tuple[IsolationDecision, ...] = ()
     """The Fleet's answers to this job's isolation requests (the latest word per request), newest last."""
     next_anomaly: Anomaly | None = None
-    """Hand-over from one incident to the next: the restarted job failed again before it trained."""
+    """Hand-over from one incident to the next: the restarted job failed again."""
+    next_findings: tuple[LogFinding, ...] = ()
+    """With ``next_anomaly``: the restarted attempt's own crash lines (bounded by the resume check), attributed by
+    the next incident: its log offsets are past them."""
+    liveness: LivenessState | None = None
+    """Samples of a job that prints no step line (stacks, CPU times, checkpoints seen; bounded ranks)."""
     last_job: SlurmJob | None = None
     """The job as the last incident left it (verification's observation)."""
     excluded_nodes: tuple[str, ...] = ()

@@ -17,6 +17,7 @@ from workflows.domain.hang import HangVerdict
 from workflows.domain.incident import ActionKind, ActionRecord, Anomaly, Attribution, Incident, TimelineEntry
 from workflows.domain.procs import RankProcess, RankStack
 from workflows.domain.recovery import MAX_CARRIED_INCIDENTS, MAX_TIMELINE, JobRecoveryStatus, RecoveryState
+from workflows.domain.resume_point import RestartCheckpoint, ResumePoint
 from workflows.domain.slurm import JobState, SlurmJob
 from workflows.domain.straggler import StragglerVerdict
 
@@ -35,6 +36,7 @@ __all__ = [
     "record_decision",
     "replace_action",
     "set_attribution",
+    "set_checkpoint",
     "set_outcome",
     "set_state",
 ]
@@ -81,6 +83,16 @@ def open_incident(
 
 def set_attribution(status: JobRecoveryStatus, number: int, attribution: Attribution) -> JobRecoveryStatus:
     return _update(status, number, attribution=attribution)
+
+
+def set_checkpoint(
+    status: JobRecoveryStatus,
+    number: int,
+    checkpoint: RestartCheckpoint | None,
+    resume_point: ResumePoint | None = None,
+) -> JobRecoveryStatus:
+    """The job's checkpoints before the restart, and (after it) where the restarted job started."""
+    return _update(status, number, checkpoint=checkpoint, resume_point=resume_point)
 
 
 def set_outcome(status: JobRecoveryStatus, number: int, outcome: str) -> JobRecoveryStatus:

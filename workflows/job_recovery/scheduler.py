@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.slurm.actions import SlurmActionActivities
     from activities.slurm.activities import SlurmActivities
     from activities.slurm.resubmission import SubmissionActivities
+    from workflows.domain.checkpoints import CheckpointRef
     from workflows.domain.loop import (
         JobWatchInput,
         JobWatchResult,
@@ -41,8 +42,10 @@ __all__ = [
     "observe_job",
     "requeue",
     "resubmit",
+    "start_wait_resume",
     "start_watch",
     "wait_resume",
+    "wait_resume_input",
     "watch_input",
 ]
 
@@ -139,19 +142,38 @@ async def resubmit(inp: ResubmitInput) -> ResubmitOutcome:
     )
 
 
-async def wait_resume(
-    inp: JobRecoveryInput, *, offsets: dict[str, int], expected_restarts: int, not_before: datetime | None
-) -> WaitResumeResult:
-    """Wait for the restarted job to log a training step (or to fail again, be cancelled, vanish)."""
-    return await workflow.execute_activity_method(
+def wait_resume_input(
+    inp: JobRecoveryInput,
+    *,
+    offsets: dict[str, int],
+    expected_restarts: int,
+    not_before: datetime | None,
+    restart_checkpoint: CheckpointRef | None = None,
+) -> WaitResumeInput:
+    """What the resume check needs: where the logs were, the restart it verifies, the job's checkpoints."""
+    return WaitResumeInput(
+        job_id=inp.job_id,
+        log_patterns=inp.spec.logs,
+        offsets=offsets,
+        expected_restart_count=expected_restarts,
+        not_before=not_before,
+        heartbeat_patterns=inp.spec.heartbeat,
+        checkpoint_dir=inp.spec.checkpoint_dir,
+        restart_checkpoint=restart_checkpoint,
+    )
+
+
+async def wait_resume(wait: WaitResumeInput) -> WaitResumeResult:
+    """Wait for the restarted job to train again: a step line, or a complete checkpoint newer than
+    ``restart_checkpoint`` (or to fail again, be cancelled, vanish)."""
+    return await start_wait_resume(wait)
+
+
+def start_wait_resume(wait: WaitResumeInput) -> workflow.ActivityHandle[WaitResumeResult]:
+    """The resume check as a handle: the workflow may sample the ranks meanwhile, and cancel it."""
+    return workflow.start_activity_method(
         WatchActivities.wait_resume,
-        WaitResumeInput(
-            job_id=inp.job_id,
-            log_patterns=inp.spec.logs,
-            offsets=offsets,
-            expected_restart_count=expected_restarts,
-            not_before=not_before,
-        ),
-        summary=f"Wait for job {inp.job_id} to train again",
+        wait,
+        summary=f"Wait for job {wait.job_id} to train again",
         **WAIT_RESUME,
     )

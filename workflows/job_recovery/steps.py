@@ -11,9 +11,11 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.job_recovery.checkpoints as checkpoints
     import workflows.job_recovery.evidence as evidence
     import workflows.job_recovery.fleet_exchange as fleet_exchange
     import workflows.job_recovery.ledger as ledger
+    import workflows.job_recovery.liveness as liveness
     import workflows.job_recovery.resubmit as resubmission
     import workflows.job_recovery.scheduler as scheduler
     import workflows.job_recovery.state as state
@@ -44,8 +46,10 @@ with workflow.unsafe.imports_passed_through():
         after_resume,
         attempt_gpu_events,
         requeue_refused,
+        resumed_note,
         straggler_choice,
         throttled_gpus,
+        verify_signals,
     )
     from workflows.policy.restart_strategy import RestartStrategy, cannot_restart, choose_restart
     from workflows.policy.stacks import describe_stacks
@@ -276,13 +280,20 @@ async def verify(
     rec: Recorder, number: int, attribution: Attribution, decision: IsolationDecision
 ) -> JobRecoveryResult | None:
     """Wait for the restarted job to train; a job that fails again first hands its anomaly to the next incident."""
-    rec.set_state(RecoveryState.VERIFYING, "waiting for the job to log a training step", number)
-    resumed = await scheduler.wait_resume(
+    signals = verify_signals(rec.inp.spec)
+    rec.set_state(RecoveryState.VERIFYING, f"waiting for the job to train again ({signals})", number)
+    found = rec.incident(number).checkpoint
+    wait = scheduler.wait_resume_input(
         rec.inp,
         offsets=rec.status.log_offsets,
         expected_restarts=rec.status.restart_count,
         not_before=rec.incident(number).restarted_at,
+        restart_checkpoint=found.latest_valid if found is not None else None,
     )
+    if rec.inp.detection.silent_sample_s > 0 and workflow.patched(liveness.PATCH_VERIFY_STACKS):
+        resumed = await liveness.wait_resume_or_stacks(rec, wait)
+    else:
+        resumed = await scheduler.wait_resume(wait)
     rec.update_status(log_offsets=resumed.offsets)
     if resumed.job is not None:
         rec.observe(resumed.job)
@@ -292,20 +303,21 @@ async def verify(
         return rec.end(then.ending, number)
     if then.failed_again is not None:
         rec.set_status(ledger.set_outcome(rec.status, number, then.outcome))
-        rec.update(next_anomaly=then.failed_again)
+        rec.update(next_anomaly=then.failed_again, next_findings=then.findings)
         return None
-    where = f" from {resumed.checkpoint}" if resumed.checkpoint else ""
     metrics.record_restart(attribution.cause)
     metrics.record_recovery_action(rec.incident(number))
     await rec.tell(
         NotificationKind.RESUMED,
         f"Job {rec.inp.job_id} trains again",
-        f"step {resumed.step}{where}, excluding {', '.join(decision.exclude) or 'no node'}",
+        f"{resumed_note(resumed)}, excluding {', '.join(decision.exclude) or 'no node'}",
         Severity.INFO,
     )
     status = ledger.mark_resumed(rec.status, number, resumed.observed_at, resumed.checkpoint)
     rec.set_status(ledger.set_outcome(status, number, then.outcome))
-    rec.set_state(RecoveryState.WATCHING, f"training again at step {resumed.step}{where}", number)
+    rec.set_state(RecoveryState.WATCHING, resumed_note(resumed), number)
+    if found is not None and workflow.patched(checkpoints.PATCH_VERIFY):
+        await checkpoints.judge_resume(rec, number, resumed)
     return None
 
 

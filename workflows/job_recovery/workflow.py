@@ -20,7 +20,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.job_recovery.checkpoints as checkpoints
     import workflows.job_recovery.ledger as ledger
+    import workflows.job_recovery.liveness as liveness
     import workflows.job_recovery.resubmit as resubmission
     import workflows.job_recovery.scheduler as scheduler
     import workflows.job_recovery.state as state
@@ -165,8 +167,8 @@ class JobRecoveryWorkflow:
             outcome = await self._recover(job, pending, findings, preset=preset)
             if outcome is not None:
                 return outcome
-            # The restarted job failed again before it trained: the next incident starts at once.
-            pending, findings = rec.state.next_anomaly, ()
+            # The restarted job failed again: the next incident starts at once, on the new attempt's own lines.
+            pending, findings = rec.state.next_anomaly, rec.state.next_findings
             job = rec.state.last_job or job
 
     async def _watch(self, job: SlurmJob) -> Watched | None:
@@ -178,7 +180,10 @@ class JobRecoveryWorkflow:
             anchored = await scheduler.anchor_logs(rec.inp, job)
             if anchored is not None:
                 rec.update_status(log_offsets=anchored)
-        handle = scheduler.start_watch(scheduler.watch_input(rec.inp, rec.state, job), job)
+        watch = scheduler.watch_input(rec.inp, rec.state, job)
+        if rec.inp.detection.silent_sample_s > 0 and workflow.patched(liveness.PATCH_LIVENESS):
+            watch = watch.model_copy(update={"sample_after_s": rec.inp.detection.silent_sample_s})
+        handle = scheduler.start_watch(watch, job)
         await workflow.wait_condition(lambda: handle.done() or bool(rec.state.gpu_events) or bool(rec.status.paused_by))
         if not handle.done():
             paused = bool(rec.status.paused_by)
@@ -193,6 +198,8 @@ class JobRecoveryWorkflow:
         if result.outcome is WatchOutcome.GONE or result.job is None:
             return None
         rec.observe(result.job, keep_nodes=result.outcome is WatchOutcome.ANOMALY)
+        if result.outcome is WatchOutcome.SAMPLE:
+            return result.job, await liveness.sample(rec, result.job), ()
         if result.outcome is not WatchOutcome.CHANGED:
             return result.job, result.anomaly, result.findings
         if result.job.restart_count > job.restart_count:
@@ -213,13 +220,15 @@ class JobRecoveryWorkflow:
         ``preset`` is an attribution already made (a straggler's), so no evidence is gathered again.
         """
         rec = self._rec
-        rec.update(next_anomaly=None, last_job=job)
+        rec.update(next_anomaly=None, next_findings=(), last_job=job)
         expected = expected_restart_count(anomaly.kind, rec.status.restart_count, job.restart_count)
         number = await steps.detect(rec, job, anomaly)
         if preset is not None:
             attribution, job_state = preset, None
         else:
             attribution, job_state = await steps.attribute(rec, job, anomaly, findings, number)
+        if job_state is not JobState.CANCELLED and workflow.patched(checkpoints.PATCH_RECORD):
+            attribution = await checkpoints.record_before_restart(rec, number, job, attribution, findings)
         rec.set_status(ledger.set_attribution(rec.status, number, attribution))
         if job_state is JobState.CANCELLED:
             # Its ranks were stopped by scancel (their "Terminated" lines looked like a failure): not an incident.
@@ -233,6 +242,8 @@ class JobRecoveryWorkflow:
         if not decision.act:
             return steps.observed(rec, number, job, decision)
         stop = restart_rejected(decision)
+        if stop is None and workflow.patched(checkpoints.PATCH_RECORD):
+            await checkpoints.quarantine(rec, number, job)
         if stop is None:
             stop = await steps.restart(rec, number, job, decision.exclude, expected)
         if stop is not None:

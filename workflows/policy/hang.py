@@ -17,6 +17,14 @@ Silence is counted from the latest step line or activity of any rank, and never 
 or before the current attempt started. Without any step line ever seen there is no verdict: a job whose log
 format is not recognised must not be restarted for being quiet.
 
+A job that prints no step line (``assess_silent_hang``) is judged on the node agents' samples of its ranks and on
+its checkpoint directory. Its window: its own ``hang=``; else learned from its checkpoint cadence
+(``cadence_factor`` x the longest interval between two saves, once ``cadence_min_intervals`` are known); else the
+operator's ``silent_default_s``; the verdict says which. Hung when, for the window, no new checkpoint or heartbeat
+came and the ranks' stacks stayed parked in a collective (``workflows.policy.stacks.stack_motion``). Stacks decide
+over CPU time (NCCL's proxy threads busy-poll during a hang); only without any stack does CPU time flat on every
+rank for the window count.
+
 The likely culprit is the rank whose progress stopped first: lowest last step, then earliest last progress.
 A rank that missed the last step its peers completed stopped inside it (high confidence); one whose last line is
 earlier by more than half a typical gap is a weaker sign; otherwise the logs cannot tell the ranks apart.
@@ -25,13 +33,15 @@ earlier by more than half a typical gap is a weaker sign; otherwise the logs can
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from workflows.domain.hang import HangPolicy, HangVerdict, RankSilence, WindowBasis
+from workflows.domain.liveness import LivenessState, StackMotion
 from workflows.domain.progress import ProgressState, RankProgress, aware
+from workflows.policy.stacks import stack_motion
 
-__all__ = ["assess_hang", "hang_window", "percentile"]
+__all__ = ["assess_hang", "assess_silent_hang", "hang_window", "percentile", "silent_window"]
 
 _CONFIDENCE_BEHIND = 0.8
 _CONFIDENCE_EARLIER = 0.5
@@ -100,7 +110,8 @@ def assess_hang(
     )
     stalled = tuple(s.rank for s in ranks if s.silent_for_s is not None and s.silent_for_s >= window)
     common = {"window_s": window, "basis": basis, "window_detail": detail, "ranks": ranks, "unseen_ranks": unseen}
-    if policy.require_progress_seen and not state.ever_progressed:
+    heard = state.ever_progressed or any(r.last_activity_at is not None for r in state.ranks)
+    if policy.require_progress_seen and not heard:
         summary = "no verdict: no step line seen yet (the job may still be loading, or its log format is unknown)"
         return HangVerdict(hung=False, stalled_ranks=stalled, summary=summary, **common)
     marks = [t for r in state.ranks for t in (r.last_heard_at,) if t is not None]
@@ -167,3 +178,105 @@ def _culprit(state: ProgressState) -> tuple[RankProgress | None, float, str]:
     if len(behind) < len(ordered):
         return first, _CONFIDENCE_ALONE, f"one of {len(behind)} ranks that stopped at step {first.last_step}"
     return first, _CONFIDENCE_TIED, f"all stopped at step {first.last_step} together: the logs cannot tell"
+
+
+def silent_window(policy: HangPolicy, checkpoint_times: Sequence[datetime]) -> tuple[float, WindowBasis, str]:
+    """The hang window of a job that prints no step line, which rule set it, and how (see the module docstring)."""
+    if policy.override_s is not None:
+        return policy.override_s, WindowBasis.OVERRIDE, f"the job's own hang= {policy.override_s:g} s"
+    ordered = sorted(aware(t) for t in checkpoint_times)
+    intervals = [(b - a).total_seconds() for a, b in zip(ordered, ordered[1:], strict=False) if b > a]
+    if len(intervals) >= policy.cadence_min_intervals:
+        longest = max(intervals)
+        window = max(policy.floor_s, policy.cadence_factor * longest)
+        detail = (
+            f"learned from its checkpoint cadence: {policy.cadence_factor:g} x the longest of {len(intervals)} "
+            f"intervals between saves ({longest:.0f} s)"
+        )
+        return window, WindowBasis.CHECKPOINT_CADENCE, detail
+    detail = (
+        f"the operator's default {policy.silent_default_s:g} s (no hang=, {len(intervals)} of "
+        f"{policy.cadence_min_intervals} checkpoint intervals learned)"
+    )
+    return policy.silent_default_s, WindowBasis.DEFAULT, detail
+
+
+def assess_silent_hang(
+    liveness: LivenessState,
+    now: datetime,
+    policy: HangPolicy,
+    *,
+    last_sign_of_life: datetime | None = None,
+    expected_ranks: int = 0,
+) -> HangVerdict:
+    """Whether a job that prints no step line is hung at ``now`` (see the module docstring).
+
+    Args:
+        liveness: The samples so far (stacks, CPU times, checkpoints seen).
+        now: The sampler's clock.
+        policy: The windows.
+        last_sign_of_life: The latest other sign (a heartbeat file's touch), if any.
+        expected_ranks: How many ranks the job has (0: unknown): a rank never sampled leaves stacks undecided.
+    """
+    now = aware(now)
+    window, basis, detail = silent_window(policy, liveness.checkpoint_times)
+    motion, since = stack_motion(liveness, expected_ranks)
+    marks = [t for t in (last_sign_of_life, liveness.first_sample_at) if t is not None]
+    marks += list(liveness.checkpoint_times[-1:])
+    quiet = _since(now, max((aware(t) for t in marks), default=None)) or 0.0
+    ranks = tuple(
+        RankSilence(rank=r.rank, node=r.node, silent_for_s=_since(now, r.unchanged_since or r.cpu_unchanged_since))
+        for r in liveness.ranks
+    )
+    common = {"window_s": window, "basis": basis, "window_detail": detail, "ranks": ranks}
+    if motion is StackMotion.ADVANCING:
+        return HangVerdict(hung=False, silent_for_s=quiet, summary="progressing: the ranks' stacks move", **common)
+    if quiet < window:
+        summary = f"no verdict: a sign of life {quiet:.0f} s ago, within the {window:.0f} s window ({basis})"
+        return HangVerdict(hung=False, silent_for_s=quiet, summary=summary, **common)
+    if motion is StackMotion.PARKED and since is not None and _since(now, since) is not None:
+        parked = _since(now, since) or 0.0
+        if parked >= window:
+            return _parked_verdict(liveness, parked, common)
+    if motion is StackMotion.UNKNOWN and not any(r.signature for r in liveness.ranks):
+        flat = [r.cpu_unchanged_since for r in liveness.ranks if r.cpu_time_s is not None]
+        if flat and len(flat) == len(liveness.ranks) and all(t is not None for t in flat) and liveness.samples >= 2:
+            idle = _since(now, max(t for t in flat if t is not None)) or 0.0
+            if idle >= window:
+                summary = (
+                    f"hung: no stack could be read; every rank's CPU time flat for {idle:.0f} s and no checkpoint "
+                    f"or heartbeat (window {window:.0f} s, {basis}: {detail})"
+                )
+                stalled = tuple(r.rank for r in liveness.ranks)
+                return HangVerdict(hung=True, silent_for_s=idle, stalled_ranks=stalled, summary=summary, **common)
+    summary = f"no verdict: stacks {motion.value}, quiet {quiet:.0f} s of a {window:.0f} s window ({basis})"
+    return HangVerdict(hung=False, silent_for_s=quiet, summary=summary, **common)
+
+
+def _parked_verdict(liveness: LivenessState, parked: float, common: dict[str, object]) -> HangVerdict:
+    """Every rank unchanged for the window, most inside a collective: the others (if any) are the culprits."""
+    waiting = [r for r in liveness.ranks if r.signature and r.in_collective]
+    odd = [r for r in liveness.ranks if r.signature and not r.in_collective]
+    where = waiting[0].top if waiting else "a collective"
+    summary = (
+        f"hung: {len(waiting)} rank(s) parked in {where} with unchanged stacks for {parked:.0f} s and no new "
+        f"checkpoint (window {common['window_s']:.0f} s, {common['basis']}: {common['window_detail']}); "
+        "CPU time not counted (NCCL busy-polls while hung)"
+    )
+    culprit = odd[0] if len(odd) == 1 else None
+    if culprit is not None:
+        summary += f"; likely culprit rank {culprit.rank} on {culprit.node or '?'}, outside it at {culprit.top}"
+    elif odd:
+        summary += f"; {len(odd)} ranks outside it: " + ", ".join(str(r.rank) for r in odd[:8])
+    return HangVerdict.model_validate(
+        {
+            **common,
+            "hung": True,
+            "silent_for_s": parked,
+            "stalled_ranks": tuple(r.rank for r in liveness.ranks if r.signature),
+            "culprit_rank": culprit.rank if culprit else None,
+            "culprit_node": culprit.node if culprit else "",
+            "confidence": _CONFIDENCE_BEHIND if culprit else 0.0,
+            "summary": summary,
+        }
+    )

@@ -15,8 +15,9 @@ from workflows.domain.base import Frozen
 from workflows.domain.fleet import FleetMode, IsolationDecision
 from workflows.domain.gpu import GpuEvent, GpuHealthReport
 from workflows.domain.hang import HangPolicy
-from workflows.domain.incident import Anomaly, AnomalyKind, Attribution
+from workflows.domain.incident import Anomaly, AnomalyKind, Attribution, LogFinding
 from workflows.domain.loop import ResumeOutcome, WaitResumeResult
+from workflows.domain.progress import ProgressSignal
 from workflows.domain.recovery import DetectionPolicy, RecoverySpec, RecoveryState, StragglerAction
 from workflows.domain.slurm import JobState
 from workflows.domain.straggler import StragglerVerdict
@@ -35,16 +36,19 @@ __all__ = [
     "attempt_gpu_events",
     "cancelled_by_owner",
     "expected_restart_count",
+    "failed_again_summary",
     "fleet_silent",
     "give_up_before_isolating",
     "hang_policy",
     "job_over",
     "requeue_refused",
     "restart_rejected",
+    "resumed_note",
     "scheduler_forgot",
     "straggler_choice",
     "throttled_gpus",
     "unknown_job",
+    "verify_signals",
 ]
 
 CANCELLED_OUTCOME = "cancelled by its owner"
@@ -182,7 +186,9 @@ class AfterResume(Frozen):
     ending: Ending | None = None
     """The workflow ends (cancelled, or the scheduler forgot the job)."""
     failed_again: Anomaly | None = None
-    """The restarted job failed before it trained: the next incident, at once."""
+    """The restarted job failed again: the next incident, at once."""
+    findings: tuple[LogFinding, ...] = ()
+    """With ``failed_again``: the restarted attempt's crash lines, handed to the next incident's attribution."""
 
     @property
     def resumed(self) -> bool:
@@ -190,7 +196,12 @@ class AfterResume(Frozen):
 
 
 def after_resume(resumed: WaitResumeResult) -> AfterResume:
-    """Verification's answer: trains again, failed again (a new incident), or the job is gone."""
+    """Verification's answer: trains again, failed again (a new incident), or the job is gone.
+
+    A job that failed again is judged on its own evidence: the anomaly carries the restarted attempt's crash lines
+    (the next incident attributes them), and its summary says "before it trained a step" only when the attempt
+    showed no progress signal at all (no load line, heartbeat, checkpoint, stack movement).
+    """
     if resumed.outcome is ResumeOutcome.CANCELLED:
         ending = cancelled_by_owner(during_recovery=True)
         return AfterResume(outcome=ending.outcome, ending=ending)
@@ -198,10 +209,53 @@ def after_resume(resumed: WaitResumeResult) -> AfterResume:
         return AfterResume(ending=scheduler_forgot())
     if resumed.outcome is ResumeOutcome.FAILED_AGAIN:
         again = build_anomaly(
-            AnomalyKind.RANK_CRASH, resumed.observed_at, summary="the restarted job failed before it trained a step"
+            AnomalyKind.RANK_CRASH,
+            resumed.observed_at,
+            job=resumed.job,
+            findings=resumed.findings,
+            summary=failed_again_summary(resumed),
         )
-        return AfterResume(outcome=FAILED_AGAIN_OUTCOME, failed_again=again)
+        return AfterResume(outcome=FAILED_AGAIN_OUTCOME, failed_again=again, findings=resumed.findings)
     return AfterResume(outcome=RESUMED_OUTCOME)
+
+
+def failed_again_summary(resumed: WaitResumeResult) -> str:
+    """What the restarted attempt did before it failed, from the signals it showed, and its first culprit line."""
+    culprit = next((f for f in resumed.findings if f.culprit), None) or next(iter(resumed.findings), None)
+    because = f": {culprit.text[:200]}" if culprit is not None else ""
+    if not resumed.signs_of_life:
+        return f"the restarted job failed before it trained a step{because}"
+    shown = ", ".join(_SIGN_WORDS[s] for s in resumed.signs_of_life)
+    return f"the restarted job failed again after it started ({shown}){because}"
+
+
+def verify_signals(spec: RecoverySpec) -> str:
+    """The signals the resume check will accept for this job, for the VERIFYING timeline entry."""
+    signals = ["a step line"]
+    if spec.checkpoint_dir:
+        signals.append(f"a new complete checkpoint in {spec.checkpoint_dir}")
+    return " or ".join(signals)
+
+
+def resumed_note(resumed: WaitResumeResult) -> str:
+    """How the restarted job showed it trains again, naming the signal that decided (for the timeline)."""
+    where = f" from {resumed.checkpoint}" if resumed.checkpoint else ""
+    saved = resumed.new_checkpoint
+    if resumed.signal is ProgressSignal.CHECKPOINT and saved is not None:
+        at = f" (step {saved.step})" if saved.step is not None else ""
+        return f"training again{where}: it saved a new complete checkpoint {saved.path}{at} [signal: checkpoint]"
+    if resumed.signal is ProgressSignal.STACKS:
+        return f"training again{where}: its ranks' stacks move between samples [signal: stacks]"
+    return f"training again at step {resumed.step}{where} [signal: step line]"
+
+
+_SIGN_WORDS = {
+    ProgressSignal.STEP_LINE: "logged a step",
+    ProgressSignal.CHECKPOINT: "saved a checkpoint",
+    ProgressSignal.STACKS: "its stacks moved",
+    ProgressSignal.HEARTBEAT: "touched its heartbeat",
+    ProgressSignal.CHECKPOINT_LOAD: "logged a checkpoint load",
+}
 
 
 def hang_policy(detection: DetectionPolicy, spec: RecoverySpec) -> HangPolicy:

@@ -11,17 +11,34 @@ So the evidence is the *shape* of each rank's main-thread stack, compared across
   (two ranks that disagree, three shapes among four ranks) nobody is odd: picking a culprit would be a guess.
   Ranks without a stack (dump failed) are neither counted nor odd; ``describe_stacks`` lists them.
 * ``describe_stacks`` is a short summary for an incident: groups of ranks with the same top frames.
+
+For a job that prints no step line, successive samples tell a live job from a hung one (``note_liveness``,
+``stack_motion``): a stack that changes between samples is a running rank; every rank inside a collective
+(``in_collective``), unchanged sample after sample, is a job waiting for a peer. CPU time does not decide when
+stacks are there: NCCL's proxy threads busy-poll during a hang, so a hung rank's CPU time still advances.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 
-from workflows.domain.procs import RankStack
+from workflows.domain.liveness import MAX_CHECKPOINT_TIMES, MAX_LIVENESS_RANKS, LivenessState, RankLiveness, StackMotion
+from workflows.domain.procs import RankProcess, RankStack
 
-__all__ = ["describe_stacks", "normalise_frame", "odd_ranks", "rank_ranges", "stack_signature"]
+__all__ = [
+    "describe_stacks",
+    "in_collective",
+    "normalise_frame",
+    "note_liveness",
+    "odd_ranks",
+    "rank_ranges",
+    "stack_motion",
+    "stack_signature",
+]
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 _THREAD_ID = re.compile(r"\b(thread|tid)([ _=:#-]*)\d+", re.IGNORECASE)
@@ -32,6 +49,18 @@ _SPACES = re.compile(r"\s+")
 _SEPARATOR = " <- "
 _MAX_GROUP_LINES = 8
 _MAX_ERROR_LINES = 5
+#: Normalised frames (``function (file)``) of a rank waiting in a collective: torch.distributed's Python API (and
+#: the c10d logger's wrapper around it), a work handle's ``wait``, the native NCCL/Gloo frames of a ``--native``
+#: dump, and the autograd engine, where DDP and FSDP run their gradient all-reduce from hooks (a Python stack of a
+#: DDP hang shows ``backward``, not ``all_reduce``).
+_COLLECTIVE = re.compile(
+    r"^(?:all_reduce\w*|allreduce\w*|all_gather\w*|reduce_scatter\w*|broadcast\w*|(?:monitored_)?barrier|all_to_all\w*"
+    r"|reduce|gather|scatter|send|recv|wait|wrapper) \((?:distributed_c10d|c10d_logger)\.py\)"
+    r"|nccl|ProcessGroupNCCL|ProcessGroupGloo|gloo::"
+    r"|^_?engine_run_backward \(graph\.py\)|^backward \((?:__init__|_tensor)\.py\)|^run_backward\b",
+)
+#: How many innermost frames are looked at for a collective (wrappers sit between it and the innermost frame).
+_COLLECTIVE_DEPTH = 8
 
 
 def normalise_frame(frame: str) -> str:
@@ -150,3 +179,83 @@ def describe_stacks(stacks: Iterable[RankStack], top: int = 3) -> str:
     if len(failed) > _MAX_ERROR_LINES:
         lines.append(f"... {len(failed) - _MAX_ERROR_LINES} more ranks without a stack")
     return "\n".join(lines)
+
+
+def in_collective(frames: Sequence[str]) -> bool:
+    """Whether a stack (innermost first) waits inside a collective (see ``_COLLECTIVE``)."""
+    return any(_COLLECTIVE.search(normalise_frame(f)) for f in frames[:_COLLECTIVE_DEPTH])
+
+
+def note_liveness(
+    state: LivenessState,
+    at: datetime,
+    stacks: Iterable[RankStack],
+    processes: Iterable[RankProcess] = (),
+    checkpoint: tuple[str, datetime | None] | None = None,
+) -> LivenessState:
+    """``state`` with one sample folded in: the ranks' stacks and CPU times at ``at``, and the newest valid
+    checkpoint (path, completion time) of the job's directory. Ranks absent from this sample keep what they had.
+    """
+    by_rank = {r.rank: r for r in state.ranks}
+    signatures = {s.rank: s for s in stacks if s.main_frames}
+    cpu = {p.rank: p for p in processes}
+    for rank in sorted(set(signatures) | set(cpu)):
+        old = by_rank.get(rank)
+        if old is None and len(by_rank) >= MAX_LIVENESS_RANKS:
+            continue
+        old = old or RankLiveness(rank=rank)
+        update: dict[str, object] = {}
+        stack = signatures.get(rank)
+        if stack is not None:
+            # A digest: the state travels in workflow history, and only equality matters.
+            sig = hashlib.sha256(stack_signature(stack.main_frames).encode()).hexdigest()[:32]
+            update.update(
+                signature=sig,
+                top=normalise_frame(stack.main_frames[0])[:200],
+                in_collective=in_collective(stack.main_frames),
+                node=stack.node or old.node,
+                unchanged_since=old.unchanged_since if sig == old.signature else at,
+            )
+        proc = cpu.get(rank)
+        if proc is not None:
+            same = old.cpu_time_s is not None and proc.cpu_time_s <= old.cpu_time_s
+            update.update(
+                cpu_time_s=proc.cpu_time_s,
+                cpu_unchanged_since=old.cpu_unchanged_since if same else at,
+                node=old.node or proc.node,
+            )
+        by_rank[rank] = old.model_copy(update=update)
+    times = state.checkpoint_times
+    path = state.last_checkpoint
+    if checkpoint is not None and checkpoint[0] != state.last_checkpoint:
+        path = checkpoint[0]
+        if checkpoint[1] is not None and checkpoint[1] not in times:
+            times = (*times, checkpoint[1])[-MAX_CHECKPOINT_TIMES:]
+    return state.model_copy(
+        update={
+            "samples": state.samples + 1,
+            "first_sample_at": state.first_sample_at or at,
+            "last_sample_at": at,
+            "ranks": tuple(by_rank[k] for k in sorted(by_rank)),
+            "checkpoint_times": times,
+            "last_checkpoint": path,
+        }
+    )
+
+
+def stack_motion(state: LivenessState, expected_ranks: int = 0) -> tuple[StackMotion, datetime | None]:
+    """What the stacks did, and since when they have not moved (``PARKED``/``STILL``; None otherwise).
+
+    ``expected_ranks``: how many ranks the job has (0: unknown); a rank never sampled leaves the motion unknown.
+    """
+    stacked = [r for r in state.ranks if r.signature and r.unchanged_since is not None]
+    if state.samples < 2 or not stacked or len(stacked) < expected_ranks:
+        return StackMotion.UNKNOWN, None
+    if any(r.unchanged_since == state.last_sample_at for r in stacked):
+        return StackMotion.ADVANCING, None
+    since = max(r.unchanged_since for r in stacked if r.unchanged_since is not None)
+    # Peers wait in the collective for the rank that never arrives: a strict majority in one is enough (the
+    # others, stuck in their own code, are the odd ranks the incident names).
+    if 2 * sum(r.in_collective for r in stacked) > len(stacked):
+        return StackMotion.PARKED, since
+    return StackMotion.STILL, since

@@ -13,12 +13,17 @@ call these functions, and act on the answer.
 5. The scheduler no longer lists the job: ``GONE``.
 6. Its state or restart count changed: a ``job_failed`` anomaly if it ended in a failure, else ``CHANGED``.
 7. Running: a hang verdict is a ``hang`` anomaly; else (stragglers watched) a straggler verdict naming a node not
-   reported yet in this attempt is a ``straggler`` anomaly.
+   reported yet in this attempt is a ``straggler`` anomaly; else, for a job that never showed a step line or a
+   heartbeat, a due liveness sample returns ``SAMPLE`` (the workflow samples its ranks' stacks and checkpoints).
 8. Otherwise keep watching.
 
 ``decide_resume``: the job gone or cancelled ends the wait; else, once the new log lines are read, the restarted
-attempt's first step line means it resumed, and a failed state or a culprit's line from the new attempt means it
-failed again.
+attempt trains again on the first of these signals (``ProgressSignal``, named in the answer): its first step line;
+a new complete checkpoint in its ``ckpt=`` directory saved after the restart (a job that prints no step line still
+saves); its ranks' stacks advancing between samples. A failed state or a culprit's line from the new attempt means
+it failed again, and the answer carries the new attempt's own crash lines (every finding of the new attempt, not
+only the culprit's) so the next incident judges them; a heartbeat file touched or a checkpoint load line after
+the restart are signs of life that tell "failed after it started" from "failed before it trained".
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ from enum import StrEnum
 
 from workflows.domain.anomaly import build_anomaly
 from workflows.domain.base import Frozen
+from workflows.domain.checkpoints import CheckpointRef
 from workflows.domain.hang import HangPolicy, HangVerdict
 from workflows.domain.incident import Anomaly, AnomalyKind, LogFinding
 from workflows.domain.loop import ResumeOutcome, WatchOutcome
-from workflows.domain.progress import ProgressState
+from workflows.domain.progress import ProgressSignal, ProgressState
 from workflows.domain.recovery import StragglerAction
 from workflows.domain.slurm import JobState, SlurmJob
 from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
@@ -48,6 +54,7 @@ __all__ = [
     "WatchFacts",
     "decide_poll",
     "decide_resume",
+    "is_new_checkpoint",
 ]
 
 #: States of a job someone stopped on purpose (a requeue shows PENDING before its restart count moves).
@@ -74,6 +81,9 @@ class WatchFacts(Frozen):
     stragglers: StragglerPolicy = StragglerPolicy()
     straggler_action: StragglerAction = StragglerAction.REPORT
     reported_straggler_nodes: tuple[str, ...] = ()
+    sample_due: bool = False
+    """This watch was asked to return for a liveness sample (``JobWatchInput.sample_after_s``) and that long has
+    passed since it started."""
 
 
 class WatchAction(StrEnum):
@@ -93,8 +103,7 @@ class WatchDecision(Frozen):
     findings: tuple[LogFinding, ...] = ()
     """The findings behind a ``rank_crash`` anomaly."""
     progress: ProgressState | None = None
-    """The progress to carry on: into the next poll, or back to the workflow. None with a crash or a node failure:
-    their result never carried progress, and the workflow keeps what it learned before."""
+    """The progress to carry on: into the next poll, or back to the workflow (with every outcome)."""
     hang: HangVerdict | None = None
     stragglers: StragglerVerdict | None = None
 
@@ -108,12 +117,15 @@ def decide_poll(facts: WatchFacts) -> WatchDecision:
             return WatchDecision(action=WatchAction.REFRESH_SCHEDULER, progress=facts.progress)
         if _stopped_from_outside(job, facts.last_restart_count):
             findings = ()
+    # Every anomaly carries the ranks' progress back: the incident records the last step seen (the steps a restart
+    # redoes), and the next watch keeps the learned timing.
     if findings:
         anomaly = build_anomaly(AnomalyKind.RANK_CRASH, now, job=job, findings=findings)
-        return _anomaly(anomaly, findings=findings)
+        return _anomaly(anomaly, findings=findings, progress=facts.progress)
     down = facts.unresponsive_nodes if job is None or not job.state.is_terminal() else ()
     if down:
-        return _anomaly(build_anomaly(AnomalyKind.NODE_FAILURE, now, job=job, down_nodes=down))
+        anomaly = build_anomaly(AnomalyKind.NODE_FAILURE, now, job=job, down_nodes=down)
+        return _anomaly(anomaly, progress=facts.progress)
     if job is None:
         return WatchDecision(action=WatchAction.RETURN, outcome=WatchOutcome.GONE, progress=facts.progress)
     if job.restart_count != facts.last_restart_count or job.state is not facts.last_state:
@@ -132,7 +144,14 @@ def decide_poll(facts: WatchFacts) -> WatchDecision:
             if slow.flagged and new_nodes:
                 anomaly = build_anomaly(AnomalyKind.STRAGGLER, now, job=job, verdict=slow)
                 return _anomaly(anomaly, progress=progress, stragglers=slow)
+        if facts.sample_due and not _heard(progress):
+            return WatchDecision(action=WatchAction.RETURN, outcome=WatchOutcome.SAMPLE, progress=progress)
     return WatchDecision(action=WatchAction.KEEP_WATCHING, progress=progress)
+
+
+def _heard(progress: ProgressState) -> bool:
+    """Whether the job ever showed a step line or a heartbeat (then the step-line hang rules watch it)."""
+    return progress.ever_progressed or any(r.last_activity_at is not None for r in progress.ranks)
 
 
 def _stopped_from_outside(job: SlurmJob | None, last_restart_count: int) -> bool:
@@ -168,7 +187,7 @@ class StepLine(Frozen):
 
 
 class ResumeFacts(Frozen):
-    """One poll of the resume check: the job, and (once read) what its new log lines say."""
+    """One poll of the resume check: the job, and (once read) what its new log lines and files say."""
 
     job: SlurmJob | None
     expected_restart_count: int = 0
@@ -179,6 +198,16 @@ class ResumeFacts(Frozen):
     steps: tuple[StepLine, ...] = ()
     findings: tuple[LogFinding, ...] = ()
     """Crash findings in the new lines (informational ones already dropped)."""
+    checkpoint_loads: tuple[datetime | None, ...] = ()
+    """The times of this poll's checkpoint load lines (None: the line has no time of its own)."""
+    heartbeats: tuple[datetime, ...] = ()
+    """The mtimes of the job's heartbeat files, one per rank."""
+    latest_checkpoint: CheckpointRef | None = None
+    """The newest valid checkpoint in the job's ``ckpt=`` directory now (None: none, or no directory)."""
+    restart_checkpoint: CheckpointRef | None = None
+    """The newest valid checkpoint when the job was restarted."""
+    stacks_advancing: bool = False
+    """The node agents' stack samples of the new attempt moved (``workflows.policy.stacks.stacks_progress``)."""
 
 
 class ResumeDecision(Frozen):
@@ -186,7 +215,15 @@ class ResumeDecision(Frozen):
     """None: not decided yet (read the logs if ``read_logs``, else wait and poll again)."""
     read_logs: bool = False
     first_step: StepLine | None = None
-    """With ``RESUMED``: the restarted attempt's first step line."""
+    """With ``RESUMED`` by a step line: the restarted attempt's first step line."""
+    signal: ProgressSignal | None = None
+    """With ``RESUMED``: the signal that decided."""
+    new_checkpoint: CheckpointRef | None = None
+    """With ``RESUMED`` by ``CHECKPOINT``: the checkpoint the new attempt saved."""
+    signs_of_life: tuple[ProgressSignal, ...] = ()
+    """The progress signals of the new attempt seen in this poll (a step line only with ``RESUMED``)."""
+    findings: tuple[LogFinding, ...] = ()
+    """This poll's findings of the new attempt (victims' lines too): the caller keeps them for ``FAILED_AGAIN``."""
 
 
 def decide_resume(facts: ResumeFacts) -> ResumeDecision:
@@ -204,16 +241,53 @@ def decide_resume(facts: ResumeFacts) -> ResumeDecision:
     restarted = current and job.state is not JobState.PENDING
     steps = [s for s in facts.steps if _is_new(s.at, restarted, facts.not_before)]
     first_step = min(steps, key=lambda s: (s.at.timestamp() if s.at else float("inf"), s.step), default=None)
+    signs = _signs_of_life(facts, restarted)
     if first_step is not None:
-        return ResumeDecision(outcome=ResumeOutcome.RESUMED, first_step=first_step)
+        return ResumeDecision(
+            outcome=ResumeOutcome.RESUMED,
+            first_step=first_step,
+            signal=ProgressSignal.STEP_LINE,
+            signs_of_life=(ProgressSignal.STEP_LINE, *signs),
+        )
+    saved = facts.latest_checkpoint
+    if restarted and is_new_checkpoint(saved, facts.restart_checkpoint, facts.not_before):
+        return ResumeDecision(
+            outcome=ResumeOutcome.RESUMED, signal=ProgressSignal.CHECKPOINT, new_checkpoint=saved, signs_of_life=signs
+        )
+    if restarted and facts.stacks_advancing:
+        return ResumeDecision(outcome=ResumeOutcome.RESUMED, signal=ProgressSignal.STACKS, signs_of_life=signs)
     # Until the successor runs, new lines are the previous attempt's last words (its peers' tracebacks, srun's
     # summary): they belong to the incident being recovered, not to a new one. Only a culprit's line proves the
     # successor failed: "Terminated" victims' lines are the old attempt being stopped (they can arrive after a
     # successor that started at once is already running).
-    fresh = [f for f in facts.findings if f.culprit and _is_new(f.at, restarted, facts.not_before)]
-    if (current and job.state.is_failure()) or (restarted and fresh):
-        return ResumeDecision(outcome=ResumeOutcome.FAILED_AGAIN)
-    return ResumeDecision()
+    new = tuple(f for f in facts.findings if _is_new(f.at, restarted, facts.not_before))
+    if (current and job.state.is_failure()) or (restarted and any(f.culprit for f in new)):
+        return ResumeDecision(outcome=ResumeOutcome.FAILED_AGAIN, signs_of_life=signs, findings=new)
+    return ResumeDecision(signs_of_life=signs, findings=new)
+
+
+def is_new_checkpoint(latest: CheckpointRef | None, at_restart: CheckpointRef | None, since: datetime | None) -> bool:
+    """Whether ``latest`` was saved by the restarted attempt: completed at or after ``since`` (the restart), and
+    not the checkpoint that was already there. Without a completion time nothing is claimed: an old attempt that
+    was still running when the directory was scanned may have saved it."""
+    if latest is None or latest.saved_at is None or since is None or latest.saved_at < since:
+        return False
+    if at_restart is None:
+        return True
+    if latest.step is not None and at_restart.step is not None:
+        return latest.step > at_restart.step
+    return latest.path != at_restart.path
+
+
+def _signs_of_life(facts: ResumeFacts, restarted: bool) -> tuple[ProgressSignal, ...]:
+    """The new attempt's signs of life in this poll that do not prove a trained step on their own."""
+    signs: list[ProgressSignal] = []
+    if any(_is_new(at, restarted, facts.not_before) for at in facts.checkpoint_loads):
+        signs.append(ProgressSignal.CHECKPOINT_LOAD)
+    since = facts.not_before
+    if any(since is None or at >= since for at in facts.heartbeats) and (restarted or since is not None):
+        signs.append(ProgressSignal.HEARTBEAT)
+    return tuple(signs)
 
 
 def _is_new(at: datetime | None, restarted: bool, not_before: datetime | None) -> bool:

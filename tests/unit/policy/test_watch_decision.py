@@ -97,7 +97,7 @@ def test_a_culprit_is_a_rank_crash_without_asking_the_scheduler() -> None:
     assert decision.anomaly.kind is AnomalyKind.RANK_CRASH
     assert decision.anomaly.summary.startswith("rank 2: cuda_error: CUDA error")
     assert [e.source for e in decision.anomaly.evidence] == [EvidenceSource.LOGS] * 2
-    assert decision.progress is None  # a crash never carried progress back
+    assert decision.progress == _stepping()  # the last step seen goes back to the incident
 
 
 def test_a_culprit_while_the_job_is_cancelled_is_still_a_crash() -> None:
