@@ -98,6 +98,10 @@ class CrashFinding(Frozen):
     gpu: str | None = None
     """A GPU index or PCI id the line names."""
     peer_rank: int | None = None
+    task: int | None = None
+    """The Slurm task that wrote the line (srun ``--label``) or that srun's own line names (``task 6: ...``)."""
+    rank_is_task: bool = False
+    """``rank`` is that Slurm task id, not a rank the line names (``activities.logs.line``)."""
 
 
 class LineRead(NamedTuple):
@@ -202,12 +206,15 @@ def crash_findings(line: LogLine, read: LineRead) -> list[CrashFinding]:
         restartable=hit.restartable,
         gpu=f.gpu,
         peer_rank=f.peer_rank,
+        task=line.task,
+        rank_is_task=line.rank_is_task and f.rank == line.rank,
     )
     if f.ranks is None:
         return [base]
     if not f.ranks:
         return [base.model_copy(update={"rank": None})]
-    return [base.model_copy(update={"rank": rank}) for rank in f.ranks]
+    # srun's own lines name Slurm tasks ("task 6: Exited ..."): a rank only when the job runs one task per rank.
+    return [base.model_copy(update={"rank": rank, "task": rank, "rank_is_task": True}) for rank in f.ranks]
 
 
 def classify(line: LogLine) -> list[CrashFinding]:
@@ -243,6 +250,8 @@ def to_findings(found: Sequence[CrashFinding], start_order: int = 0) -> list[Log
             text=f.text,
             culprit=f.culprit,
             failure_class=f.failure_class,
+            task=f.task,
+            rank_is_task=f.rank_is_task,
         )
         for i, f in enumerate(f for f in found if f.role is not Role.INFO)
     ]

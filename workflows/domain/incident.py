@@ -157,3 +157,7 @@ class LogFinding(Frozen):
     culprit: bool = False
     failure_class: FailureClass | None = None
     """The rule's hint (``hardware``, ``user``...): a CUDA out-of-memory is the program's, not the GPU's."""
+    task: int | None = None
+    """The Slurm task that wrote the line (srun ``--label``) or that srun's line names: placed by the task's node."""
+    rank_is_task: bool = False
+    """``rank`` is only that task id: the rank under srun per rank, the node's index under torchrun."""
