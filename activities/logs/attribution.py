@@ -100,8 +100,8 @@ class AttributionActivities:
         since = inp.anomaly.observed_at - timedelta(minutes=5)
         facts = AttributionFacts.from_findings(
             inp.job_nodes,
-            inp.task_count,
             evidence.findings,
+            ranks=inp.rank_map,
             ranks_logging=evidence.ranks_logging,
             gpu_events=[e for e in inp.gpu_events if e.observed_at is None or e.observed_at >= since],
             unresponsive_nodes=persistence.confirmed(),

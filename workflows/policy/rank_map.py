@@ -1,7 +1,8 @@
 """Rank -> node from facts (``workflows.domain.ranks.RankMap``). Pure: the node agents' answers and the log findings
 in, the map out.
 
-Rules, strongest first (a rank placed by a stronger rule is never moved by a weaker one):
+Rules, strongest first (a rank placed by a stronger rule is never moved by a weaker one; evidence, rule 4, beats
+only a layout, rule 3: a line that names both is Slurm's or the job's own word, a layout is derived):
 
 1. **Processes** (``RankSource.PROCESS``): a node agent saw the rank's process on its node. Its ``RANK`` is the
    global rank under torchrun/torch elastic, accelerate and the DeepSpeed launcher; its ``SLURM_PROCID`` under
@@ -15,7 +16,8 @@ Rules, strongest first (a rank placed by a stronger rule is never moved by a wea
    per rank) and srun gave the step's layout with a block (srun's default) or cyclic distribution. An
    ``arbitrary`` or ``plane`` distribution, or no layout, places only the ranks seen.
 4. **Evidence** (``RankSource.EVIDENCE``): a finding that names a node and a rank (``%N`` in the file's name, a
-   host prefix, ``n3: task 6:``) or a node and a task (srun's label).
+   host prefix, a ``node=`` token) places the rank; one that names a node and a Slurm task (srun's ``n3: task 6:``,
+   a labelled line) places the task, and the rank too only when the facts say tasks are ranks (srun per rank).
 
 A map taken earlier (when the attempt started training) is merged under a newer one: ranks that died since then
 keep their node. Anything else is unknown, and ``RankMap.unknown`` says why.
@@ -30,7 +32,7 @@ from workflows.domain.incident import LogFinding
 from workflows.domain.procs import NodeProcessesResult
 from workflows.domain.ranks import MAX_RANK_SPANS, Launcher, RankMap, RankSource, RankSpan, StepLayout
 
-__all__ = ["build_rank_map", "layout_tasks", "merge_maps", "with_evidence"]
+__all__ = ["build_rank_map", "layout_tasks", "merge_maps", "step_layout_map", "with_evidence"]
 
 _MAX_NOTES = 20
 #: A launcher group or a layout larger than this is not expanded (a corrupt LOCAL_WORLD_SIZE must not blow up).
@@ -127,6 +129,19 @@ def build_rank_map(
     return _to_map(launcher, ranks, tasks, world, why, notes, observed_at)
 
 
+def step_layout_map(layout: StepLayout, *, tasks_are_ranks: bool) -> RankMap:
+    """The map srun's layout alone gives: its tasks' nodes, and the ranks' too when the job runs one task per rank
+    (rule 3); a per-node launcher's ranks stay unknown."""
+    laid = layout_tasks(layout) or {}
+    tasks: Placed = {t: (n, RankSource.STEP_LAYOUT) for t, n in laid.items()}
+    notes = [] if laid else [f"step distribution {layout.distribution!r}: no task placed"]
+    if tasks_are_ranks:
+        why = "not in the step's layout"
+        return _to_map(Launcher.SRUN, dict(tasks), tasks, len(laid) or None, why, notes, None)
+    why = "the ranks are a per-node launcher's, and no process view places them"
+    return _to_map(Launcher.PER_NODE, {}, tasks, None, why, notes, None)
+
+
 def merge_maps(newer: RankMap, older: RankMap | None) -> RankMap:
     """``newer`` with ``older``'s entries for what ``newer`` does not place (ranks that died since ``older``)."""
     if older is None or older.is_empty:
@@ -162,15 +177,21 @@ def with_evidence(base: RankMap | None, findings: Iterable[LogFinding], job_node
     for f in findings:
         if not f.node or (nodes and f.node not in nodes):
             continue
-        if f.rank is not None and not f.rank_is_task and f.rank not in ranks:
+        names_rank = f.rank is not None and (not f.rank_is_task or base.tasks_are_ranks)
+        if f.rank is not None and names_rank and _weaker(ranks.get(f.rank)):
             ranks[f.rank] = (f.node, RankSource.EVIDENCE)
             added = True
-        if f.task is not None and f.task not in tasks:
+        if f.task is not None and _weaker(tasks.get(f.task)):
             tasks[f.task] = (f.node, RankSource.EVIDENCE)
             added = True
     if not added:
         return base
     return _to_map(base.launcher, ranks, tasks, base.world_size, base.unknown, list(base.notes), base.observed_at)
+
+
+def _weaker(entry: tuple[str, RankSource] | None) -> bool:
+    """Whether evidence may place what ``entry`` holds: nothing yet, or a derived layout."""
+    return entry is None or entry[1] is RankSource.STEP_LAYOUT
 
 
 def _placed(spans: Iterable[RankSpan]) -> Placed:
