@@ -15,6 +15,7 @@ from workflows.domain.hang import HangPolicy, HangVerdict
 from workflows.domain.incident import Anomaly, Incident, TimelineEntry
 from workflows.domain.notify import Notification
 from workflows.domain.progress import ProgressState
+from workflows.domain.ranks import RankMap
 from workflows.domain.slurm import JobState, SlurmJob
 from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
 
@@ -87,6 +88,9 @@ class DetectionPolicy(Frozen):
     """How far ahead a straggler's loss is projected (Slurm 22.05's job listing gives Rebound no time limit)."""
     stack_dump_timeout_s: float = Field(10.0, gt=0, le=120)
     """Per rank: how long a py-spy dump of a hung rank may take before the job is restarted anyway."""
+    rank_map_after_s: float = Field(20.0, ge=0, le=3600)
+    """How long after an attempt is seen running the node agents are asked which rank runs where (the ranks must
+    be up; torchrun's rendezvous takes seconds). The map outlives ranks that die later (``RankMap``)."""
 
 
 class JobRecoveryInput(Frozen):
@@ -171,6 +175,9 @@ class JobRecoveryState(Frozen):
     """The job as the last incident left it (verification's observation)."""
     pending_notes: tuple[Notification, ...] = ()
     """Notifications decided in synchronous code (the end of the run), sent before the run returns."""
+    rank_map: RankMap | None = None
+    """Rank -> node of the current attempt, from the node agents' view of its processes (taken
+    ``rank_map_after_s`` after it ran; bounded by ``MAX_RANK_SPANS``); None before, and after a restart."""
 
 
 class JobRecoveryResult(Frozen):

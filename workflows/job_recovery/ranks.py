@@ -1,0 +1,54 @@
+"""Which rank runs on which node, taken while the attempt runs: the node agents' view of the job's processes.
+
+A rank that dies takes its process (and so its own word on where it ran) with it; asked only after a failure, the
+agents can no longer place it. So JobRecovery asks once per attempt, ``rank_map_after_s`` after it first sees the
+attempt running, in a task beside the watch, and keeps the map in its state (``JobRecoveryState.rank_map``) for
+the attribution (which merges a fresh look under it). The look is repeated a few times while no rank is up yet.
+A restart drops the map (``state.new_attempt``); a look that ends after a restart is not kept.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    import workflows.job_recovery.evidence as evidence
+    from workflows.domain.slurm import JobState, SlurmJob
+    from workflows.job_recovery.recorder import Recorder
+    from workflows.policy.rank_map import merge_maps
+
+__all__ = ["RANK_MAP_CAPTURE", "capture", "wanted"]
+
+#: Patch id (ADR 012): the watch is accompanied by one rank-map look per attempt.
+RANK_MAP_CAPTURE = "rank-map-capture"
+#: Looks per attempt while no rank process is up yet (torchrun still in rendezvous, a slow start).
+MAX_LOOKS = 3
+
+
+def wanted(rec: Recorder, job: SlurmJob) -> bool:
+    """The attempt runs on known nodes and its ranks are not placed yet."""
+    return job.state is JobState.RUNNING and bool(job.nodes) and rec.state.rank_map is None
+
+
+async def capture(rec: Recorder, job: SlurmJob) -> None:
+    """Wait for the ranks to start, then ask every node agent which ranks run there; keep the map in the state."""
+    restarts = rec.status.restart_count
+    for look in range(MAX_LOOKS):
+        await workflow.sleep(
+            rec.inp.detection.rank_map_after_s * (look + 1),
+            summary="let the ranks start before asking the node agents which rank runs where",
+        )
+        if rec.status.restart_count != restarts or rec.state.rank_map is not None:
+            return  # restarted meanwhile, or the attribution placed the ranks already
+        found = await evidence.rank_map(rec.inp.job_id, job.nodes)
+        if rec.status.restart_count != restarts:
+            return
+        if not found.is_empty or look == MAX_LOOKS - 1:
+            rec.update(rank_map=merge_maps(found, rec.state.rank_map))
+            placed = sum(s.last - s.first + 1 for s in found.ranks)
+            rec.record(
+                "RANKS",
+                f"{placed} rank(s) placed on {len({s.node for s in found.ranks})} node(s), launcher "
+                f"{found.launcher.value}" + ("" if placed else f": {found.unknown}"),
+            )
+            return
