@@ -40,6 +40,12 @@ def register(commands: Commands) -> None:
     demo.add_argument("--tasks-per-node", type=int, default=2)
     demo.add_argument("--steps", type=int, default=100000)
     demo.add_argument("--checkpoint-every", type=int, default=20)
+    demo.add_argument(
+        "--launcher",
+        choices=["srun", "torchrun"],
+        default="srun",
+        help="srun: one task per rank, a log per rank; torchrun: torchrun under srun, one slurm-%%j.out",
+    )
 
     inj = cmds.add_parser("inject", help="break a demo run for real (records the fault's true onset time)")
     inj.add_argument("kind", choices=["crash", "segv", "hang", "slow", "gpu-fault", "xid", "user-bug", "node-crash"])
@@ -117,6 +123,7 @@ def _dispatch(lab: Lab, args: argparse.Namespace) -> int:
             steps=args.steps,
             checkpoint_every=args.checkpoint_every,
             env=lab.slurm.env(),
+            launcher=args.launcher,
         )
         print(json.dumps({"run": run, "job_id": job_id, "run_dir": str(lab.cfg.layout.run_dir(run))}))
         return 0

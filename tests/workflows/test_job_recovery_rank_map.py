@@ -98,4 +98,5 @@ async def test_torchrun_rank_1_is_blamed_on_its_own_node(world: tuple[Harness, F
     assert inc.attribution is not None and inc.attribution.implicated_nodes == (agents.nodes[0],)
     assert agents.asked >= 4  # one look while running, one at attribution, on each node
     ranks_entry = next(e for e in st.timeline if e.event == "RANKS")
-    assert "4 rank(s) placed on 2 node(s), launcher per-node" in ranks_entry.detail
+    a, b = agents.nodes
+    assert ranks_entry.detail == f"4 rank(s) placed on 2 node(s), launcher per-node: 0-1@{a} 2-3@{b}"

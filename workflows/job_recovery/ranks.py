@@ -13,11 +13,12 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     import workflows.job_recovery.evidence as evidence
+    from workflows.domain.ranks import RankMap
     from workflows.domain.slurm import JobState, SlurmJob
     from workflows.job_recovery.recorder import Recorder
     from workflows.policy.rank_map import merge_maps
 
-__all__ = ["RANK_MAP_CAPTURE", "capture", "wanted"]
+__all__ = ["RANK_MAP_CAPTURE", "capture", "describe", "wanted"]
 
 #: Patch id (ADR 012): the watch is accompanied by one rank-map look per attempt.
 RANK_MAP_CAPTURE = "rank-map-capture"
@@ -45,10 +46,17 @@ async def capture(rec: Recorder, job: SlurmJob) -> None:
             return
         if not found.is_empty or look == MAX_LOOKS - 1:
             rec.update(rank_map=merge_maps(found, rec.state.rank_map))
-            placed = sum(s.last - s.first + 1 for s in found.ranks)
-            rec.record(
-                "RANKS",
-                f"{placed} rank(s) placed on {len({s.node for s in found.ranks})} node(s), launcher "
-                f"{found.launcher.value}" + ("" if placed else f": {found.unknown}"),
-            )
+            rec.record("RANKS", describe(found))
             return
+
+
+def describe(found: RankMap) -> str:
+    """The timeline's line: how many ranks on how many nodes, the launcher, and where (``0-1@n1 2-3@n2``)."""
+    placed = sum(s.last - s.first + 1 for s in found.ranks)
+    head = f"{placed} rank(s) placed on {len({s.node for s in found.ranks})} node(s), launcher {found.launcher.value}"
+    if not placed:
+        return f"{head}: {found.unknown}"
+    where = " ".join(
+        f"{s.first}@{s.node}" if s.first == s.last else f"{s.first}-{s.last}@{s.node}" for s in found.ranks
+    )
+    return f"{head}: {where}"[:400]
