@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = Commands(top=sub, bench=b.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND"))
     bench.register(commands)
     add_diagnose_parser(sub)
+    from workers.checkpoints_cli import add_checkpoints_parser
+
+    add_checkpoints_parser(sub)
     add_audit_parser(sub)
     from workers.fleet_cli import add_fleet_parsers
     from workers.incidents_cli import add_incident_parsers
@@ -76,6 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from workers.diagnose_cli import run_diagnose_command
 
             return run_diagnose_command(args)
+        if args.command == "checkpoints":
+            from workers.checkpoints_cli import run_checkpoints_command
+
+            return run_checkpoints_command(args)
         settings = Settings()
         logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         if args.command == "settings":

@@ -95,6 +95,7 @@ def build_discovery_activities(
         task_queue=settings.temporal.task_queue,
         poll_interval_s=settings.watch.poll_interval_s,
         detection=settings.detection,
+        checkpoint_fallback=settings.checkpoints.fallback,
     )
     return [acts.discover_jobs, acts.start_job_recovery]
 

@@ -22,6 +22,7 @@ from pydantic_settings import (
 )
 
 from workflows.constants import DEFAULT_TASK_QUEUE
+from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.fleet import FleetPolicy
 from workflows.domain.notify import DEFAULT_KINDS, NotificationKind
 from workflows.domain.recovery import DetectionPolicy
@@ -251,6 +252,17 @@ def _ip_port(value: str) -> bool:
     return True
 
 
+class CheckpointSettings(_Section):
+    """Jobs' checkpoints before a restart (docs/checkpoints.md)."""
+
+    fallback: CheckpointFallback = Field(
+        CheckpointFallback.OFF,
+        description="What to do about a partial newest checkpoint before a restart, for jobs that do not choose "
+        "(ckpt_fallback= in their comment or a selector's spec wins): off (only report it) or quarantine (set it "
+        "aside so the framework resumes from the previous complete one; rebound checkpoints restore DIR undoes it).",
+    )
+
+
 class AuditSettings(_Section):
     """The scheduled Audit workflow and its reports (docs/operations.md, "Reading an audit report")."""
 
@@ -297,6 +309,10 @@ class Settings(BaseSettings):
     notify: NotifySettings = Field(default_factory=NotifySettings, description="Webhook notifications.")
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings, description="Metrics and traces.")
     audit: AuditSettings = Field(default_factory=AuditSettings, description="Scheduled audits and their reports.")
+    checkpoints: CheckpointSettings = Field(
+        default_factory=CheckpointSettings,
+        description="Jobs' checkpoints before a restart (quarantine of partial ones).",
+    )
     log_level: str = Field("INFO", description="Python logging level.")
 
     @classmethod

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from temporalio.worker import Worker
 
+from activities.checkpoints.activities import checkpoint_quarantine, checkpoint_scan
 from activities.logs.attribution import AttributionActivities
 from activities.logs.job_logs import LogPolicy
 from activities.logs.watch import WatchActivities
@@ -82,6 +83,8 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
             actions.drain_node,
             actions.requeue_job,
             notify.notify_webhook,
+            checkpoint_scan,
+            checkpoint_quarantine,
             *discovery,
             *build_gpu_activities(settings.gpu),
             *build_audit_activities(client, settings),

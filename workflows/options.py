@@ -139,3 +139,16 @@ TEMPORAL_START: dict[str, Any] = {
         non_retryable_error_types=_PERMANENT,
     ),
 }
+
+#: Reading or setting aside a job's checkpoints on a shared file system (``checkpoint_scan``,
+#: ``checkpoint_quarantine``): stat calls and small reads, bounded; both are idempotent, so a retry is safe.
+CHECKPOINT_IO: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(minutes=5),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=2),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=3,
+        non_retryable_error_types=_PERMANENT,
+    ),
+}

@@ -15,20 +15,25 @@ from datetime import UTC, datetime
 from activities.logs.access import LogAccess
 from activities.logs.patterns import expand_patterns
 from activities.logs.tail import LogTail
+from workflows.domain.slurm import SlurmJob
 
 __all__ = ["heartbeat_times"]
 
 
-def heartbeat_times(patterns: Iterable[str], job_id: int, access: LogAccess | None = None) -> dict[int, datetime]:
+def heartbeat_times(
+    patterns: Iterable[str], job_id: int, access: LogAccess | None = None, job: SlurmJob | None = None
+) -> dict[int, datetime]:
     """The newest mtime of each rank's heartbeat file(s); ranks with no readable file are absent.
 
     Args:
-        patterns: Absolute glob patterns; ``%j`` is the job id, ``%t`` the rank, other placeholders match anything.
+        patterns: Absolute glob patterns with the job's placeholders (``expand_patterns``: ``%j``, an array task's
+            ``%A``/``%a``, so a sibling's heartbeat never counts); ``%t`` is the rank; others match anything.
         job_id: The Slurm job id.
         access: Which files may be looked at (the job's log policy).
+        job: The job as the scheduler lists it (array ids, name, user); None fills in ``%j`` only.
     """
     times: dict[int, datetime] = {}
-    for path, (rank, _node) in LogTail(expand_patterns(patterns, job_id), access=access).identities().items():
+    for path, (rank, _node) in LogTail(expand_patterns(patterns, job_id, job), access=access).identities().items():
         if rank is None:
             continue
         try:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio import activity
@@ -17,9 +18,12 @@ __all__ = ["LogPolicy", "log_patterns"]
 
 
 def log_patterns(patterns: Sequence[str], job: SlurmJob | None, job_id: int) -> list[str]:
-    """The files to tail: the spec's patterns with ``%j`` expanded, else the job's own stdout/stderr."""
+    """The files to tail: the spec's patterns with the job's own placeholders filled in (``%j``, and for an array
+    task ``%A``/``%a``: ``expand_patterns``), else the job's own stdout/stderr as Slurm resolves them
+    (``activities.slurm.parse``: ``slurm-%j.out``, or ``slurm-%A_%a.out`` for an array task, in its working
+    directory, when the job gave no ``--output``)."""
     if patterns:
-        return expand_patterns(patterns, job_id)
+        return expand_patterns(patterns, job_id, job)
     if job is None:
         return []
     return sorted({p for p in (job.standard_output, job.standard_error) if p})
@@ -46,8 +50,14 @@ class LogPolicy:
         )
 
     def tail(self, patterns: Sequence[str], job: SlurmJob | None, job_id: int) -> LogTail:
-        """A tail over the job's log files, bound to this policy."""
-        return LogTail(patterns, access=self.access(job))
+        """A tail over the job's log files, bound to this policy and anchored to the job's current attempt.
+
+        Offsets that are not anchored yet (the job is first seen) start at what the files hold now, and lines
+        stamped before the attempt started never count (``activities.logs.tail``); the attempt started at the
+        job's ``start_time``, or, for a job not running yet (or unknown), now: whatever exists is older.
+        """
+        start = job.start_time if job is not None and job.start_time is not None else None
+        return LogTail(patterns, access=self.access(job), attempt_start=start or datetime.now(UTC))
 
     def report(self, job_id: int, tail: LogTail) -> None:
         """Log refused patterns and files once per job and change: an operator must see why evidence is missing."""

@@ -3,10 +3,15 @@
 Patterns use srun's filename placeholders (``srun --output``), so the pattern that names the files also says
 where the rank is:
 
-* ``%j`` is the job id (``expand_patterns`` fills it in, with srun's zero padding: ``%6j``);
+* ``%j`` is the job id (``expand_patterns`` fills it in, with srun's zero padding: ``%6j``); for a task of a
+  job array that is the task's own id, and ``%A`` (the array's master id) and ``%a`` (the task's index) are
+  filled in too, so a task reads its own files and never its siblings'. ``%A`` of a job that is not an array
+  task is its id, as in Slurm. ``%x`` (job name) and ``%u`` (user name) are filled in when the job is known
+  (a value with a ``/``, or ``.``/``..``, is not: it would change the path's shape);
 * ``%t`` (``%3t``) is the task id, i.e. the rank, and ``%N`` the node name: both match like ``*`` and are
   captured;
-* every other ``%x``-style placeholder matches like ``*``; ``%%`` is a literal ``%``.
+* every other ``%x``-style placeholder (and one whose value is unknown: ``%a`` of a job that is not an array
+  task, ``%x`` of an unknown job) matches like ``*``; ``%%`` is a literal ``%``.
 
 Rank of a file, first rule that gives one (the line's own prefixes come after: ``activities.logs.line``):
 
@@ -19,11 +24,13 @@ A bare ``-N.out`` suffix is deliberately not a rank: ``slurm-1234.out`` ends in 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import re
 from collections.abc import Iterable
 
 from activities.logs.line import MAX_RANK_DIGITS
+from workflows.domain.slurm import SlurmJob
 
 __all__ = ["LogPattern", "expand_patterns"]
 
@@ -35,31 +42,53 @@ _PLACEHOLDER = re.compile(r"%%|%(\d*)([A-Za-z])")
 _NAME_RANK = re.compile(r"(?<![a-z])(?<!local_)(?<!local-)rank[-_.]?(\d+)(?!\d)", re.IGNORECASE)
 
 
-def expand_patterns(patterns: Iterable[str], job_id: int | str) -> list[str]:
-    """Fill in ``%j`` (and srun's zero-padded ``%6j``) with ``job_id``; other placeholders stay for ``LogTail``.
+def expand_patterns(patterns: Iterable[str], job_id: int | str, job: SlurmJob | None = None) -> list[str]:
+    """Fill in the job's own placeholders: ``%j``, and with ``job`` known ``%A``, ``%a``, ``%x``, ``%u``.
 
     Args:
         patterns: srun-style output patterns, e.g. ``/runs/x/logs/job-%j-rank-%t.log``.
-        job_id: The Slurm job id.
+        job_id: The Slurm job id (an array task's own id).
+        job: The job as the scheduler lists it, for the array ids, its name and user; None fills ``%j`` (and
+            ``%A`` as the job id) only.
 
     Returns:
-        The patterns, in order, with the job id filled in. ``%%`` is kept, so ``LogTail`` still reads it as a
-        literal ``%``. Padding is capped at 10 digits, as srun caps it.
+        The patterns, in order, with the job's values filled in (numbers with srun's zero padding, capped at 10
+        digits as srun caps it; names with glob characters escaped). ``%%`` is kept, so ``LogTail`` still reads it
+        as a literal ``%``; so are the per-task placeholders (``%t``, ``%N``) and those without a value.
 
     Raises:
         ValueError: ``job_id`` is not a plain id (letters, digits, ``_``): it must not add path components.
     """
-    job = str(job_id)
-    if isinstance(job_id, bool) or not _JOB_ID.fullmatch(job):
+    job_text = str(job_id)
+    if isinstance(job_id, bool) or not _JOB_ID.fullmatch(job_text):
         raise ValueError(f"job_id must be a plain job id, got {job_id!r:.80}")
+    numbers: dict[str, str] = {"j": job_text, "A": job_text}
+    names: dict[str, str] = {}
+    if job is not None:
+        if job.array_job_id is not None and job.array_task_id is not None:
+            numbers["A"], numbers["a"] = str(job.array_job_id), str(job.array_task_id)
+        names = {code: _path_safe(value) for code, value in (("x", job.name), ("u", job.user)) if _fits(value)}
 
     def substitute(m: re.Match[str]) -> str:
-        if m.group(0) != "%%" and m.group(2) == "j":
+        code = m.group(2)
+        if m.group(0) == "%%":
+            return m.group(0)
+        if code in numbers:
             width = m.group(1).lstrip("0")
-            return job.zfill(_MAX_PAD if len(width) > 2 else min(int(width or 0), _MAX_PAD))
-        return m.group(0)
+            return numbers[code].zfill(_MAX_PAD if len(width) > 2 else min(int(width or 0), _MAX_PAD))
+        return names.get(code, m.group(0))
 
     return [_PLACEHOLDER.sub(substitute, p) for p in patterns]
+
+
+def _fits(value: str) -> bool:
+    """Whether a job name or user name can stand in one path component as it is."""
+    return bool(value) and "/" not in value and "\0" not in value and value not in (".", "..")
+
+
+def _path_safe(value: str) -> str:
+    """``value`` as literal text of a pattern: glob characters escaped, ``%`` doubled."""
+    return glob.escape(value).replace("%", "%%")
 
 
 class LogPattern:

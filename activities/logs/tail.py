@@ -12,6 +12,17 @@ never collide; ``positions`` drops all but the offsets for display. A file whose
 whose bytes before the offset changed (truncated and rewritten past the old offset, replaced by a new file), is
 read again from 0. Offsets written by hand (no fingerprint) are trusted as far as the size allows.
 
+Attempt anchoring (a ``LogTail`` built with ``attempt_start``; ``activities.logs.job_logs`` builds every tail of
+a watched job so; ``docs/detection.md`` "Which files are read"): lines written before the watched attempt started
+never count. The first call on offsets that are not anchored yet starts every matching file at its current size
+(with its fingerprint), unless this attempt began the file: it was created at or after the attempt's start (its
+birth time, ``activities.logs.birth``, where the file system keeps one), or its first line is stamped, with a
+zone, at or after it; such a file is read from 0. It records the anchor's time as ``{"\\0since": epoch
+seconds}``; a file that appears after that is read from 0. Lines whose own timestamp (``LogLine.at``) predates the
+anchor's time are dropped, whatever file they are in: by more than ``CLOCK_SKEW`` for a stamp with a zone, by more
+than ``ZONELESS_SLACK`` for one without (local time of an unknown zone). Offsets of an earlier version (paths but
+no ``\\0since``) count as anchored, without a time.
+
 Which files a pattern names and what rank and node their names say: ``activities.logs.patterns``; what a line's
 start says (srun label, PyTorch prefix, rank token, timestamp): ``activities.logs.line``. Lines end at ``\\n``,
 ``\\r\\n`` or a bare ``\\r`` (progress bars redraw with ``\\r``; each redraw is a line). Empty lines are skipped. A
@@ -35,24 +46,31 @@ files, so anything below is input, not an error):
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 
 from activities.logs.access import LogAccess
+from activities.logs.birth import birth_time
 from activities.logs.chunk import Chunk, read_chunk
 from activities.logs.globbing import GlobBudget, bounded_glob
-from activities.logs.line import LogLine, decode_line
+from activities.logs.line import LogLine, decode_line, split_prefix
 from activities.logs.patterns import LogPattern
 
 __all__ = [
+    "CLOCK_SKEW",
     "DEFAULT_MAX_BYTES_PER_CALL",
     "DEFAULT_MAX_BYTES_PER_FILE",
     "DEFAULT_MAX_LINES_PER_CALL",
     "LogTail",
     "MAX_FILES",
     "Offsets",
+    "ZONELESS_SLACK",
     "positions",
+    "predates",
 ]
 
 Offsets = dict[str, int]
@@ -68,6 +86,21 @@ MAX_FILES = 10_000
 """Files one ``LogTail`` reads at most; the offsets of more would not fit a Temporal heartbeat."""
 _FP_PREFIX = "\x00crc:"
 _WAIT_PREFIX = "\x00wait:"
+_SINCE = "\x00since"
+CLOCK_SKEW = timedelta(seconds=60)
+"""A stamped line counts as the attempt's unless it predates the anchor by more than this: the ranks' clocks and
+slurmctld's may differ a little, and dropping a line of the current attempt costs more than keeping an old one."""
+ZONELESS_SLACK = timedelta(hours=14)
+"""A stamp without a zone is local time of a zone Rebound does not know (UTC-12 to UTC+14): it predates the anchor
+for sure only when it is this much older (Python's ``logging`` writes such stamps by default)."""
+# The end of a stamp that names its zone: ``Z``, ``UTC``, ``+02:00``, ``-0500`` (``split_prefix`` parsed it).
+_ZONE_END = re.compile(r"(?:Z|UTC|[+-]\d\d:?\d\d)\]?\s*$")
+# How much of a file's start the anchoring reads for its first line's stamp.
+_PROBE = 4096
+# The kernel stamps a file's birth with a coarse clock: up to a tick (a few ms; 5 ms measured) before the real time.
+# Slurm's start_time is cut to whole seconds, which only moves it earlier: a file created in the second the attempt
+# started, but before it, counts as the attempt's (the one ambiguity left).
+_BIRTH_GRAIN = timedelta(milliseconds=100)
 
 
 def positions(offsets: Mapping[str, int]) -> dict[str, int]:
@@ -85,16 +118,22 @@ class LogTail:
         patterns: Glob patterns with srun placeholders (module docstring); ``%j`` already expanded, see
             ``expand_patterns``. Recursive ``**`` is allowed.
         access: The policy that says which patterns and files may be read; None reads whatever matches.
+        attempt_start: When the watched attempt of the job started (or, for a pending job, when Rebound first
+            saw it): offsets not anchored yet are anchored to it (module docstring). None reads every file from 0
+            and keeps every line (``rebound diagnose`` reads whole files).
 
     Raises:
         TypeError: ``patterns`` is a single string, or holds something that is not a string.
     """
 
-    def __init__(self, patterns: Iterable[str], access: LogAccess | None = None) -> None:
+    def __init__(
+        self, patterns: Iterable[str], access: LogAccess | None = None, *, attempt_start: datetime | None = None
+    ) -> None:
         if isinstance(patterns, str | bytes):
             raise TypeError("patterns must be a collection of glob patterns, not a single string")
         self._patterns = tuple(LogPattern(p) for p in patterns)
         self._access = access
+        self._attempt_start = attempt_start
         self._refused: dict[str, str] = {}
 
     @property
@@ -166,11 +205,19 @@ class LogTail:
         lines_left = _limit("max_lines_per_call", max_lines_per_call)
         per_file = min(per_file, remaining)
         matches, refused = self._matches()
+        since = _since(offsets)
+        anchoring = False
+        if self._attempt_start is not None and since is None and not positions(offsets):
+            # The attempt is first seen: what the files hold now is not its news (module docstring).
+            anchoring, since = True, self._attempt_start
+            offsets = {**offsets, _SINCE: int(since.timestamp())}
         todo: list[tuple[bool, int, str, LogPattern, os.stat_result]] = []
         files: set[tuple[int, int]] = set()
         for path, pattern in sorted(matches.items()):
             try:
                 info = self._inspect(path)
+                if anchoring and since is not None and path not in offsets:
+                    offsets = {**offsets, **self._start_at(path, info, since)}
             except _Skip as skip:
                 if skip.reason:
                     refused[path] = skip.reason
@@ -206,7 +253,9 @@ class LogTail:
             pattern, chunk = chunks[path]
             rank, node = pattern.identity(path)
             for line_offset, raw in chunk.lines:
-                lines.append(decode_line(path, rank, node, line_offset, raw))
+                line = decode_line(path, rank, node, line_offset, raw)
+                if since is None or not predates(line, since):
+                    lines.append(line)
             new_offsets[path] = chunk.offset
             if chunk.offset:
                 new_offsets[_FP_PREFIX + path] = chunk.fingerprint
@@ -266,6 +315,39 @@ class LogTail:
         self, path: str, info: os.stat_result, offset: int, fingerprint: object, budget: int, piece: int, count: int
     ) -> Chunk:
         """The complete lines of ``path`` after ``offset``, restarting at 0 if the file is not the one we read."""
+        with self._opened(path, info) as (fd, size):
+            known = fingerprint if isinstance(fingerprint, int) else None
+            return read_chunk(fd, size, offset, known, budget, piece, count)
+
+    def _start_at(self, path: str, info: os.stat_result, since: datetime) -> Offsets:
+        """Where reading ``path`` starts for an attempt anchored at ``since``, as offset entries (module docstring).
+
+        0 when the file is empty, was created at or after ``since`` (its birth time, where the file system keeps
+        one), or its first line is stamped, with a zone, at or after ``since``; else its size,
+        with its fingerprint. The size, not the end of the last complete line: a line cut short there may be an
+        old run's last words (a rank killed mid-write), which the next run's first line must not complete into a
+        crash line; a line of the attempt that was being written then is read as its remaining piece.
+        """
+        with self._opened(path, info) as (fd, size):
+            if size == 0:
+                return {path: 0}
+            born = birth_time(fd)
+            if born is not None and born >= since - _BIRTH_GRAIN:
+                return {path: 0}
+            head = os.pread(fd, min(_PROBE, size), 0)
+            end = head.find(b"\n")
+            if end > 0:
+                first = decode_line(path, None, None, 0, head[:end].rstrip(b"\r"))
+                if first.at is not None and _has_zone(first) and first.at >= since:
+                    return {path: 0}
+            # Nothing read (budget 0): just the offset and the fingerprint a later read checks it against.
+            at_end = read_chunk(fd, size, size, None, 0, 1, 0)
+        return {path: at_end.offset, _FP_PREFIX + path: at_end.fingerprint}
+
+    @contextlib.contextmanager
+    def _opened(self, path: str, info: os.stat_result) -> Iterator[tuple[int, int]]:
+        """``path`` opened for reading, checked to be the file ``info`` describes and allowed by the policy:
+        ``(fd, size)``; every failure is a ``_Skip``."""
         try:
             # O_NONBLOCK: should a FIFO replace the file after _inspect, opening it must still not block.
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -280,12 +362,36 @@ class LogTail:
             reason = self._access.check_fd(fd, opened.st_uid) if self._access is not None else None
             if reason is not None:
                 raise _Skip(reason)
-            known = fingerprint if isinstance(fingerprint, int) else None
-            return read_chunk(fd, opened.st_size, offset, known, budget, piece, count)
+            yield fd, opened.st_size
         except OSError as e:
             raise _Skip(f"cannot read: {e.strerror or e}") from e
         finally:
             os.close(fd)
+
+
+def predates(line: LogLine, since: datetime) -> bool:
+    """Whether ``line``'s own timestamp says it was written before ``since`` (module docstring: the margins)."""
+    if line.at is None:
+        return False
+    return line.at < since - (CLOCK_SKEW if _has_zone(line) else ZONELESS_SLACK)
+
+
+def _has_zone(line: LogLine) -> bool:
+    """Whether the leading timestamp of ``line`` names its zone (else ``LogLine.at`` is local time read as UTC)."""
+    body = split_prefix(line.text).body
+    stamp = line.text[: len(line.text) - len(body)] if body else line.text
+    return _ZONE_END.search(stamp) is not None
+
+
+def _since(offsets: Mapping[str, int]) -> datetime | None:
+    """The anchor's time recorded in ``offsets``; None when they are not anchored (or hold a broken value)."""
+    value = offsets.get(_SINCE)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return datetime.fromtimestamp(value, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 class _Skip(Exception):

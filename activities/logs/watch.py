@@ -169,7 +169,7 @@ class WatchActivities:
         task_count = job.task_count if job is not None else 0
         progress = observe(progress, progress_samples(lines, now, block_rank_layout(nodes, task_count)), now)
         if inp.heartbeat_patterns:
-            for rank, at in heartbeat_times(inp.heartbeat_patterns, inp.job_id, self._logs.access(job)).items():
+            for rank, at in heartbeat_times(inp.heartbeat_patterns, inp.job_id, self._logs.access(job), job).items():
                 progress = note_activity(progress, rank, at)
         return progress
 

@@ -9,6 +9,10 @@ both. What Slurm 22.05 says versus what the models say (verified on a real clust
   COMPLETING job); ``start_time`` of a pending job is an estimate. Both become None until they are real.
 * ``standard_output`` keeps the unexpanded pattern (``train-%j.out``), and is empty when sbatch used its default
   ``slurm-%j.out``; ``standard_error`` is empty when stderr goes to the stdout file. Both are resolved here.
+* Array tasks carry ``array_job_id`` (the master, ``%A``) and ``array_task_id`` (``%a``); their ``job_id`` is the
+  task's own (``%j``); a job that is not an array task has ``array_job_id`` 0 and ``array_task_id`` null. Each
+  component of a heterogeneous job is listed with its own ``job_id``, ``het_job_id`` (the leader's id),
+  ``het_job_id_set`` and ``het_job_offset``; other jobs have ``het_job_id`` 0.
 * ``state_reason`` is ``"None"`` when there is no reason; a pending job's details are in ``state_description``.
 * Hostlists (``nodes``, ``excluded_nodes``) are kept as typed (``n[1-2],n4,n3``) and are expanded here.
 * With slurmctld down, squeue/sinfo still exit 0 and print ``errors: [{"error_number": -1, "error":
@@ -106,7 +110,8 @@ def parse_job(item: object, *, source: str = "squeue --json") -> SlurmJob:
     name, user, cwd = f.text("name"), f.text("user_name"), f.text("current_working_directory")
     batch_host = f.text("batch_host")
     array_job_id = f.number("array_job_id") or None
-    array_task_id = f.number("array_task_id")
+    array_task_id = f.number("array_task_id") if array_job_id else None
+    het_job_id = f.number("het_job_id") or None
     stdout = f.text("standard_output")
     if not stdout and f.flag("batch_flag"):
         # sbatch's default is applied by slurmstepd, so Slurm never stores it (verified: the field is empty).
@@ -154,6 +159,10 @@ def parse_job(item: object, *, source: str = "squeue --json") -> SlurmJob:
         start_time=None if state is JobState.PENDING else epoch_to_datetime(f.number("start_time")),
         end_time=epoch_to_datetime(f.number("end_time")) if ended else None,
         tres_per_node=f.text("tres_per_node"),
+        array_job_id=array_job_id,
+        array_task_id=array_task_id,
+        het_job_id=het_job_id,
+        het_job_offset=f.number("het_job_offset") if het_job_id else None,
     )
 
 

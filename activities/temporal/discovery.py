@@ -20,6 +20,7 @@ from activities.errors import classified_errors
 from activities.slurm.snapshots import SnapshotCache
 from activities.temporal.rebound_workflows import start_job_recovery
 from workflows.constants import job_workflow_id
+from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.discovery import (
     DiscoveredJob,
     DiscoverJobsInput,
@@ -31,7 +32,7 @@ from workflows.domain.discovery import (
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.recovery import DetectionPolicy, JobRecoveryInput
 from workflows.domain.slurm import ClusterSnapshot, JobState
-from workflows.policy.optin import JobSelector, OptInError, spec_for
+from workflows.policy.optin import JobSelector, OptInError, spec_for, with_fallback
 
 __all__ = ["DiscoveryActivities", "StartJobRecovery", "TemporalJobRecoveryStarter"]
 
@@ -64,6 +65,7 @@ class TemporalJobRecoveryStarter:
         task_queue: str,
         poll_interval_s: float = 1.0,
         detection: DetectionPolicy | None = None,
+        checkpoint_fallback: CheckpointFallback = CheckpointFallback.OFF,
     ) -> None:
         """Bind the starter.
 
@@ -72,11 +74,13 @@ class TemporalJobRecoveryStarter:
             task_queue: Where the JobRecovery workflows run (the central worker's queue).
             poll_interval_s: How often each job's watcher looks at the shared snapshot.
             detection: Hang and straggler policies for the started workflows (defaults when None).
+            checkpoint_fallback: The operator's ``checkpoints.fallback``, for jobs whose spec does not choose.
         """
         self._client = client
         self._task_queue = task_queue
         self._poll_interval_s = poll_interval_s
         self._detection = detection or DetectionPolicy()
+        self._checkpoint_fallback = checkpoint_fallback
 
     async def __call__(self, inp: StartJobRecoveryInput) -> StartJobRecoveryResult:
         """Start the job's JobRecovery, or find the one already running.
@@ -91,7 +95,7 @@ class TemporalJobRecoveryStarter:
             cluster=inp.cluster,
             job_id=inp.job_id,
             poll_interval_s=self._poll_interval_s,
-            spec=inp.spec,
+            spec=with_fallback(inp.spec, self._checkpoint_fallback),
             detection=self._detection,
         )
         try:
@@ -116,6 +120,7 @@ class DiscoveryActivities:
         task_queue: str = "",
         poll_interval_s: float = 1.0,
         detection: DetectionPolicy | None = None,
+        checkpoint_fallback: CheckpointFallback = CheckpointFallback.OFF,
         start: StartJobRecovery | None = None,
     ) -> None:
         """Bind the activities.
@@ -127,6 +132,7 @@ class DiscoveryActivities:
             task_queue: The JobRecovery workflows' task queue (with ``client``).
             poll_interval_s: How often discovery, and each started job's watcher, look at the snapshot.
             detection: Hang and straggler policies for the started workflows (with ``client``).
+            checkpoint_fallback: The operator's ``checkpoints.fallback`` for the started workflows (with ``client``).
             start: Replaces the client-based start (tests).
 
         Raises:
@@ -136,7 +142,11 @@ class DiscoveryActivities:
             if client is None:
                 raise ValueError("DiscoveryActivities needs a Temporal client or a start function")
             start = TemporalJobRecoveryStarter(
-                client, task_queue=task_queue, poll_interval_s=poll_interval_s, detection=detection
+                client,
+                task_queue=task_queue,
+                poll_interval_s=poll_interval_s,
+                detection=detection,
+                checkpoint_fallback=checkpoint_fallback,
             )
         if poll_interval_s <= 0:
             raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")

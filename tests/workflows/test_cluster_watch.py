@@ -25,6 +25,7 @@ from activities.temporal.discovery import DiscoveryActivities, StartJobRecovery,
 from tests.fakes.scheduler import FakeScheduler
 from workflows.cluster_watch import ClusterWatchWorkflow
 from workflows.constants import CLUSTER, JOB_ID, JOB_RECOVERY_WORKFLOW, cluster_watch_workflow_id, job_workflow_id
+from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.discovery import (
     ClusterWatchInput,
     ClusterWatchStatus,
@@ -267,9 +268,9 @@ async def test_real_starter_starts_each_job_once(temporal_client: Client, task_q
             history = await handle.fetch_history()
             started = history.events[0].workflow_execution_started_event_attributes
             [args] = await temporal_client.data_converter.decode(started.input.payloads, [JobRecoveryInput])
-            assert args == JobRecoveryInput(
-                cluster=cluster, job_id=42, poll_interval_s=0.5, spec=RecoverySpec(restart_budget=2)
-            )
+            # The operator's checkpoint fallback (default off) is filled in for a spec that does not choose one.
+            spec = RecoverySpec(restart_budget=2, checkpoint_fallback=CheckpointFallback.OFF)
+            assert args == JobRecoveryInput(cluster=cluster, job_id=42, poll_interval_s=0.5, spec=spec)
         finally:
             await handle.terminate("test over")
 

@@ -145,7 +145,8 @@ async def test_rank_crash_is_isolated_restarted_and_verified(h: Harness) -> None
 
     h.sched.schedule()
     assert h.nodes[1] not in h.sched.jobs[job.job_id].nodes
-    h.log(job.job_id, 0, "2026-11-30T00:00:00.000Z [INFO] rank=0/4 node=x resumed from checkpoint step_000005 (step 5)")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"  # a line stamped days ago is an old run's
+    h.log(job.job_id, 0, f"{now} [INFO] rank=0/4 node=x resumed from checkpoint step_000005 (step 5)")
     h.step(job.job_id, 0, 6, h.sched.jobs[job.job_id].nodes[0])
     st = await until(handle, lambda s: s.state is RecoveryState.WATCHING and s.incidents[-1].resumed_at is not None)
 

@@ -17,11 +17,17 @@ from workflows.domain.base import Frozen
 
 __all__ = [
     "CheckedCheckpoint",
+    "CheckpointFallback",
     "CheckpointFormat",
+    "CheckpointQuarantineInput",
+    "CheckpointQuarantineResult",
     "CheckpointRef",
     "CheckpointReport",
+    "CheckpointRestoreResult",
+    "CheckpointScanInput",
     "CheckpointStatus",
     "IncompleteCheckpoint",
+    "QuarantineAction",
 ]
 
 
@@ -86,3 +92,54 @@ class CheckpointReport(Frozen):
     checked: tuple[CheckedCheckpoint, ...] = ()
     error: str | None = None
     """Set when the directory itself could not be read (missing, no permission): nothing else is then known."""
+
+
+class CheckpointFallback(StrEnum):
+    """What Rebound may do about a partial newest checkpoint before a restart (``ckpt_fallback=``; default off)."""
+
+    OFF = "off"
+    """Report it (the incident names it); touch nothing."""
+    QUARANTINE = "quarantine"
+    """Set it aside (rename it, or point the tracker at the previous valid save) so the framework's own resume
+    picks the previous complete one; ``rebound checkpoints restore DIR`` undoes it."""
+
+
+class CheckpointScanInput(Frozen):
+    """``checkpoint_scan``: the job's checkpoint directory."""
+
+    dir: str
+
+
+class QuarantineAction(StrEnum):
+    NOTHING = "nothing"
+    """No partial checkpoint newer than the latest valid one (or one already set aside): nothing to do."""
+    QUARANTINED = "quarantined"
+    REFUSED = "refused"
+    """Not done, and why is in ``reason``: a symlinked or foreign-owned path, no valid checkpoint to fall back to,
+    an unreadable directory."""
+
+
+class CheckpointQuarantineInput(Frozen):
+    """``checkpoint_quarantine``: set aside the partial checkpoints newer than the latest valid one in ``dir``."""
+
+    dir: str
+    expected_owner_uid: int | None = None
+    """The job's user (``SlurmJob.user_id``): every path moved or rewritten must belong to it. The activity refuses
+    without it; the library and ``rebound checkpoints restore`` then use the directory's own owner."""
+
+
+class CheckpointQuarantineResult(Frozen):
+    action: QuarantineAction
+    reason: str
+    fallback: CheckpointRef | None = None
+    """The checkpoint the framework's resume should now pick."""
+    set_aside: tuple[str, ...] = ()
+    """Paths renamed into the quarantine folder, and trackers rewritten (their originals kept beside them)."""
+
+
+class CheckpointRestoreResult(Frozen):
+    """``rebound checkpoints restore DIR``: what was put back, and what could not be (a new save took its name)."""
+
+    restored: tuple[str, ...] = ()
+    left: tuple[str, ...] = ()
+    summary: str = ""

@@ -15,7 +15,8 @@ MAX_RECENT_ERRORS = 20
 
 
 class RejectedOptIn(Frozen):
-    """A job whose ``rebound`` comment did not parse: left alone, reported to operators."""
+    """A job whose ``rebound`` comment did not parse, or that Rebound cannot watch (``UnsupportedJob``): left
+    alone, reported to operators with the reason."""
 
     job_id: int
     reason: str
@@ -39,7 +40,8 @@ class ClusterWatchStatus(Frozen):
     known: tuple[int, ...] = ()
     """Active opted-in jobs whose JobRecovery was started (ascending job ids)."""
     rejected: tuple[RejectedOptIn, ...] = ()
-    """Jobs with a malformed opt-in comment, as of the last discovery."""
+    """Jobs with a malformed opt-in comment, or that opted in but cannot be watched (a heterogeneous job's
+    components), as of the last discovery."""
     last_discovery_at: datetime | None = None
     discoveries: int = 0
     """Discovery rounds completed, over all runs."""

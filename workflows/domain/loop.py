@@ -24,7 +24,11 @@ class JobWatchInput(Frozen):
 
     job_id: int
     log_patterns: tuple[str, ...] = ()
+    """The job's ``logs=`` patterns; empty reads its own stdout/stderr (``docs/detection.md``)."""
     offsets: dict[str, int] = {}
+    """Where reading stopped (``activities.logs.tail``): byte offsets and fingerprints per file, and the time the
+    job's attempt was first seen (``"\\0since"``); ``{}`` when it was never read: then only what the files gain
+    from now on counts (and files the attempt began)."""
     poll_interval_s: float = Field(1.0, gt=0)
     last_state: JobState | None = None
     last_restart_count: int = 0

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from workflows.domain.base import Frozen
+from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.fleet import IsolationDecision
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.hang import HangPolicy, HangVerdict
@@ -73,6 +74,9 @@ class RecoverySpec(Frozen):
     heartbeat: tuple[str, ...] = ()
     """Glob patterns of files the ranks touch while alive (``%j`` = job id): a fresh mtime counts as progress."""
     stragglers: StragglerAction = StragglerAction.REPORT
+    checkpoint_fallback: CheckpointFallback | None = None
+    """What to do about a partial newest checkpoint before a restart (``ckpt_fallback=``); None: the operator's
+    setting (``checkpoints.fallback``, default off), filled in when the job is discovered."""
 
 
 class DetectionPolicy(Frozen):

@@ -125,6 +125,19 @@ class SlurmJob(Frozen):
     end_time: datetime | None = None
     """When the job ended; None until it is terminal (Slurm's value before that is a projected limit)."""
     tres_per_node: str = ""
+    array_job_id: int | None = None
+    """For a task of a job array: the array's master id (``%A``); None for a job that is not an array task."""
+    array_task_id: int | None = None
+    """For a task of a job array: its index (``%a``); the task's own id is ``job_id`` (``%j``)."""
+    het_job_id: int | None = None
+    """For a component of a heterogeneous job: the leader's id (``het_job_id``); None otherwise."""
+    het_job_offset: int | None = None
+    """For a component of a heterogeneous job: its offset (0 for the leader, which runs the batch script)."""
+
+    @property
+    def is_heterogeneous(self) -> bool:
+        """True for a component of a heterogeneous job (``sbatch ... : ...`` or ``#SBATCH hetjob``)."""
+        return self.het_job_id is not None
 
 
 class SlurmNode(Frozen):

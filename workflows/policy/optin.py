@@ -35,10 +35,20 @@ from typing import Any
 from pydantic import ValidationError, field_validator
 
 from workflows.domain.base import Frozen
+from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.recovery import RecoverySpec
 from workflows.domain.slurm import SlurmJob
 
-__all__ = ["OptInError", "JobSelector", "parse_comment", "select", "spec_for"]
+__all__ = [
+    "OptInError",
+    "JobSelector",
+    "UnsupportedJob",
+    "checkpoint_fallback",
+    "parse_comment",
+    "select",
+    "spec_for",
+    "with_fallback",
+]
 
 #: Comment key -> ``RecoverySpec`` field.
 KEYS = {
@@ -49,6 +59,7 @@ KEYS = {
     "hang": "hang_after_s",
     "heartbeat": "heartbeat",
     "stragglers": "stragglers",
+    "ckpt_fallback": "checkpoint_fallback",
 }
 #: Keys that may repeat or list several comma-separated globs.
 _GLOB_KEYS = ("logs", "heartbeat")
@@ -76,6 +87,15 @@ class OptInError(ValueError):
         """
         super().__init__(f"rebound opt-in comment: {key}: {message}")
         self.key = key
+
+
+class UnsupportedJob(OptInError):
+    """A job that opted in (or was selected) but that Rebound cannot watch without mis-mapping it; left alone and
+    reported like a malformed opt-in, with the reason."""
+
+    def __init__(self, message: str) -> None:
+        ValueError.__init__(self, f"rebound: job not supported: {message}")
+        self.key = "rebound"
 
 
 def parse_comment(comment: str) -> RecoverySpec | None:
@@ -171,15 +191,38 @@ def spec_for(job: SlurmJob, selectors: Iterable[JobSelector]) -> RecoverySpec | 
         selectors: The operator's selectors, in priority order.
 
     Raises:
-        OptInError: The job's comment carries a malformed ``rebound`` spec.
+        OptInError: The job's comment carries a malformed ``rebound`` spec; ``UnsupportedJob`` when the job opted
+            in (or was selected) but is of a kind Rebound cannot watch safely: a heterogeneous job's component.
     """
     own = parse_comment(job.comment)
     selected = select(job, selectors)
+    if (own is not None or selected is not None) and job.is_heterogeneous:
+        raise UnsupportedJob(
+            f"heterogeneous job (component +{job.het_job_offset} of {job.het_job_id}), not watched: its components'"
+            " logs, ranks and nodes cannot yet be mapped as one job"
+        )
     if own is None:
         return selected
     if selected is None:
         return own
     return selected.model_copy(update={name: getattr(own, name) for name in own.model_fields_set})
+
+
+def with_fallback(spec: RecoverySpec, operator_default: CheckpointFallback) -> RecoverySpec:
+    """``spec`` with its checkpoint fallback decided: the job's own (comment or selector), else the operator's.
+
+    Args:
+        spec: The job's spec (``spec_for``).
+        operator_default: The operator's setting (``checkpoints.fallback``).
+    """
+    if spec.checkpoint_fallback is not None:
+        return spec
+    return spec.model_copy(update={"checkpoint_fallback": operator_default})
+
+
+def checkpoint_fallback(spec: RecoverySpec) -> CheckpointFallback:
+    """What may be done about a partial newest checkpoint of this job before a restart (off when undecided)."""
+    return spec.checkpoint_fallback or CheckpointFallback.OFF
 
 
 def _is_whole_item(comment: str, start: int, end: int) -> bool:
@@ -238,6 +281,10 @@ def _value(key: str, value: str) -> object:
         if value.lower() not in ("off", "report", "restart"):
             raise OptInError(key, f"expected off, report or restart, got {value!r}")
         return value.lower()
+    if key == "ckpt_fallback":
+        if value.lower() not in {f.value for f in CheckpointFallback}:
+            raise OptInError(key, f"expected quarantine or off, got {value!r}")
+        return CheckpointFallback(value.lower())
     return _absolute(key, value)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from activities.logs.access import LogAccess
 from activities.logs.heartbeat import heartbeat_times
+from workflows.domain.slurm import JobState, SlurmJob
 
 
 def _touch(path: Path, epoch: float) -> None:
@@ -36,3 +37,11 @@ def test_files_outside_the_roots_are_not_looked_at(tmp_path: Path) -> None:
 
 def test_no_files_no_ranks(tmp_path: Path) -> None:
     assert heartbeat_times([str(tmp_path / "missing-%t.hb")], 7) == {}
+
+
+def test_an_array_task_never_counts_a_siblings_heartbeat(tmp_path: Path) -> None:
+    _touch(tmp_path / "hb-1_0-rank-0", 1000)
+    _touch(tmp_path / "hb-1_1-rank-0", 2000)  # task 1 is alive; task 0 (job 8) may be hung
+    task0 = SlurmJob(job_id=8, state=JobState.RUNNING, array_job_id=1, array_task_id=0)
+    got = heartbeat_times([str(tmp_path / "hb-%A_%a-rank-%t")], 8, None, task0)
+    assert got == {0: datetime.fromtimestamp(1000, UTC)}

@@ -18,12 +18,13 @@ def test_files_under_the_roots_and_owned_by_the_jobs_user_are_read(tmp_path: Pat
     allowed, outside = tmp_path / "runs", tmp_path / "etc"
     allowed.mkdir()
     outside.mkdir()
+    policy = LogPolicy([allowed], require_owner=True)
+    tail = policy.tail([str(allowed / "rank-*.log"), str(outside / "*")], _job(os.getuid()), 7)
+    _, offsets = tail.read_new({})  # first seen: what exists now is older than the attempt (none here)
     (allowed / "rank-0.log").write_text("step=1\n")
     (outside / "secret").write_text("password\n")
-    policy = LogPolicy([allowed], require_owner=True)
 
-    tail = policy.tail([str(allowed / "rank-*.log"), str(outside / "*")], _job(os.getuid()), 7)
-    lines, _ = tail.read_new({})
+    lines, _ = tail.read_new(offsets)
     assert [line.text for line in lines] == ["step=1"]
     assert any(str(outside) in key for key in tail.refused), tail.refused
 
@@ -51,6 +52,8 @@ def test_another_users_file_or_an_unknown_user_reads_nothing(tmp_path: Path) -> 
 
 
 def test_no_policy_configured_reads_everything(tmp_path: Path) -> None:
+    tail = LogPolicy().tail([str(tmp_path / "*.log")], None, 7)
+    _, offsets = tail.read_new({})
     (tmp_path / "rank-0.log").write_text("step=1\n")
-    lines, _ = LogPolicy().tail([str(tmp_path / "*.log")], None, 7).read_new({})
+    lines, _ = tail.read_new(offsets)
     assert [line.text for line in lines] == ["step=1"]

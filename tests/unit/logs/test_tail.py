@@ -16,6 +16,7 @@ from activities.logs import tail
 from activities.logs.line import LogLine, rank_token, split_prefix
 from activities.logs.patterns import expand_patterns
 from activities.logs.tail import LogTail, positions
+from workflows.domain.slurm import JobState, SlurmJob
 
 
 def _append(path: Path, data: bytes | str) -> None:
@@ -359,6 +360,33 @@ def test_expand_patterns() -> None:
         "/r/000042.out",
         "/r/100%%-42-%N.log",
     ]
+
+
+def _array_task(job_id: int, master: int, index: int, **fields: object) -> SlurmJob:
+    return SlurmJob.model_validate(
+        {"job_id": job_id, "state": JobState.RUNNING, "array_job_id": master, "array_task_id": index, **fields}
+    )
+
+
+def test_array_placeholders_resolve_to_the_tasks_own_values(tmp_path: Path) -> None:
+    task = _array_task(8, 1, 0, name="sweep", user="ana")
+    assert expand_patterns(["/r/%A_%a.out", "/r/%j-%4a-%x-%u-%t.log"], 8, task) == [
+        "/r/1_0.out",
+        "/r/8-0000-sweep-ana-%t.log",
+    ]
+    # Siblings' files are not read: each task reads its own.
+    for name in ("train-1_0.log", "train-1_1.log", "train-1_2.log"):
+        _append(tmp_path / name, f"{name}\n")
+    lines, _ = LogTail(expand_patterns([str(tmp_path / "train-%A_%a.log")], 8, task)).read_new({})
+    assert _texts(lines) == ["train-1_0.log"]
+
+
+def test_placeholders_of_a_job_that_is_not_an_array_task() -> None:
+    job = SlurmJob(job_id=42, state=JobState.RUNNING, name="a/../b", user="x*y%z")
+    # %A is the job's own id, as in Slurm; %a has no value (matches like *); a name that would change the path's
+    # shape is not filled in; glob characters and % in a name are literal text.
+    assert expand_patterns(["/r/%A-%a-%x-%u.log"], 42, job) == ["/r/42-%a-%x-x[*]y%%z.log"]
+    assert expand_patterns(["/r/%A-%x.log"], 42) == ["/r/42-%x.log"]  # the job unknown: %j and %A only
 
 
 def test_percent_literal_and_unknown_placeholders(tmp_path: Path) -> None:

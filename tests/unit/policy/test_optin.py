@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from workflows.domain.recovery import RecoverySpec
 from workflows.domain.slurm import JobState, SlurmJob
-from workflows.policy.optin import JobSelector, OptInError, parse_comment, select, spec_for
+from workflows.policy.optin import JobSelector, OptInError, UnsupportedJob, parse_comment, select, spec_for
 
 FULL = "rebound: ckpt=/ckpt/run1;budget=3;policy=default;logs=/runs/x/logs/job-%j-rank-*.log"
 
@@ -226,3 +226,14 @@ def test_heartbeat_globs_and_straggler_action() -> None:
         parse_comment("rebound: stragglers=kill")
     with pytest.raises(OptInError, match="heartbeat"):
         parse_comment("rebound: heartbeat=relative/*.hb")
+
+
+def test_a_heterogeneous_job_that_opted_in_is_reported_unsupported() -> None:
+    component = SlurmJob(job_id=5, state=JobState.RUNNING, comment="rebound: budget=2", het_job_id=4, het_job_offset=1)
+    with pytest.raises(UnsupportedJob, match=r"heterogeneous job \(component \+1 of 4\), not watched"):
+        spec_for(component, [])
+    assert isinstance(UnsupportedJob("x"), OptInError)  # discovery reports it with the malformed opt-ins
+    selected = component.model_copy(update={"comment": ""})
+    with pytest.raises(UnsupportedJob):
+        spec_for(selected, [JobSelector()])  # a selector without criteria matches every job
+    assert spec_for(selected, []) is None  # not opted in: left alone without a word

@@ -283,3 +283,27 @@ def test_expand_output_path(pattern: str, expected: str) -> None:
 
 def test_expand_output_path_leaves_unknown_values() -> None:
     assert expand_output_path("%N-%a.out", job_id=1, working_directory="/w") == "/w/%N-%a.out"
+
+
+def test_array_tasks_and_default_output_of_the_lab_capture() -> None:
+    """``squeue_array_het.json``: an array's tasks carry their own ids, and Slurm's default ``slurm-%A_%a.out``
+    (not stored by Slurm: ``standard_output`` is empty) resolves to each task's own file in its working directory."""
+    jobs = _jobs("squeue_array_het.json")
+    task0, task1 = jobs[8], jobs[1]
+    assert (task0.array_job_id, task0.array_task_id) == (1, 0)
+    assert (task1.array_job_id, task1.array_task_id) == (1, 1)  # the master id is also the last task's own id
+    assert task0.standard_output == task0.standard_error == "/lab/jobs/slurm-1_0.out"
+    assert task1.standard_output == "/lab/jobs/slurm-1_1.out"
+    plain = jobs[6]
+    assert (plain.array_job_id, plain.array_task_id) == (None, None)  # Slurm says 0 and null
+    assert plain.standard_output == "/lab/jobs/slurm-6.out"
+    assert jobs[7].standard_output == "/lab/jobs/rel-namex-root-7.out"  # relative, %x and %u: written so on the lab
+
+
+def test_heterogeneous_components_of_the_lab_capture() -> None:
+    jobs = _jobs("squeue_array_het.json")
+    for leader, other in ((2, 3), (4, 5)):
+        assert (jobs[leader].het_job_id, jobs[leader].het_job_offset) == (leader, 0)
+        assert (jobs[other].het_job_id, jobs[other].het_job_offset) == (leader, 1)
+        assert jobs[leader].is_heterogeneous and jobs[other].is_heterogeneous
+    assert not jobs[6].is_heterogeneous and jobs[6].het_job_offset is None
