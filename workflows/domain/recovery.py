@@ -92,9 +92,10 @@ class DetectionPolicy(Frozen):
     """How far ahead a straggler's loss is projected (Slurm 22.05's job listing gives Rebound no time limit)."""
     stack_dump_timeout_s: float = Field(10.0, gt=0, le=120)
     """Per rank: how long a py-spy dump of a hung rank may take before the job is restarted anyway."""
-    rank_map_after_s: float = Field(20.0, ge=0, le=3600)
-    """How long after an attempt is seen running the node agents are asked which rank runs where (the ranks must
-    be up; torchrun's rendezvous takes seconds). The map outlives ranks that die later (``RankMap``)."""
+    rank_map_after_s: float = Field(5.0, ge=0, le=3600)
+    """How long after an attempt is seen running the node agents are first asked which rank runs where; asked
+    again after twice, then three times as long while some job node shows no rank yet (torchrun's rendezvous
+    and the imports take seconds). The map outlives ranks that die later (``RankMap``)."""
 
 
 class JobRecoveryInput(Frozen):

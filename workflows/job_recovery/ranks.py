@@ -3,7 +3,8 @@
 A rank that dies takes its process (and so its own word on where it ran) with it; asked only after a failure, the
 agents can no longer place it. So JobRecovery asks once per attempt, ``rank_map_after_s`` after it first sees the
 attempt running, in a task beside the watch, and keeps the map in its state (``JobRecoveryState.rank_map``) for
-the attribution (which merges a fresh look under it). The look is repeated a few times while no rank is up yet.
+the attribution (which merges a fresh look under it). The look is repeated a few times while some job node
+shows no rank yet.
 A restart drops the map (``state.new_attempt``); a look that ends after a restart is not kept.
 """
 
@@ -32,21 +33,27 @@ def wanted(rec: Recorder, job: SlurmJob) -> bool:
 
 
 async def capture(rec: Recorder, job: SlurmJob) -> None:
-    """Wait for the ranks to start, then ask every node agent which ranks run there; keep the map in the state."""
+    """Wait for the ranks to start, then ask every node agent which ranks run there; keep the map in the state.
+
+    Asked again (after twice, then three times the delay) while some job node shows no rank yet; what one look
+    placed stays placed. The last look's map is kept whatever it holds, with why the rest is unknown.
+    """
     restarts = rec.status.restart_count
+    partial = None
     for look in range(MAX_LOOKS):
         await workflow.sleep(
             rec.inp.detection.rank_map_after_s * (look + 1),
             summary="let the ranks start before asking the node agents which rank runs where",
         )
         if rec.status.restart_count != restarts or rec.state.rank_map is not None:
-            return  # restarted meanwhile, or the attribution placed the ranks already
+            return  # restarted meanwhile
         found = await evidence.rank_map(rec.inp.job_id, job.nodes)
         if rec.status.restart_count != restarts:
             return
-        if not found.is_empty or look == MAX_LOOKS - 1:
-            rec.update(rank_map=merge_maps(found, rec.state.rank_map))
-            rec.record("RANKS", describe(found))
+        partial = merge_maps(found, partial)
+        if {s.node for s in partial.ranks} >= set(job.nodes) or look == MAX_LOOKS - 1:
+            rec.update(rank_map=partial)
+            rec.record("RANKS", describe(partial))
             return
 
 
