@@ -78,7 +78,7 @@ class AttributionActivities:
         persistence.see(snap, inp.job_nodes)
         verdict = self._attribute(inp, persistence, evidence)
         deadline = time.monotonic() + inp.corroborate_s
-        while (verdict.cause in _WEAK_CAUSES or persistence.pending) and time.monotonic() < deadline:
+        while (_weak(verdict, evidence) or persistence.pending) and time.monotonic() < deadline:
             # Only silence points at a node, or a node has just stopped answering: a dead host stays
             # NOT_RESPONDING (then DOWN); a blip clears within a ping or two.
             await asyncio.sleep(0.5)
@@ -100,8 +100,8 @@ class AttributionActivities:
         since = inp.anomaly.observed_at - timedelta(minutes=5)
         facts = AttributionFacts.from_findings(
             inp.job_nodes,
-            inp.task_count,
             evidence.findings,
+            ranks=inp.rank_map,
             ranks_logging=evidence.ranks_logging,
             gpu_events=[e for e in inp.gpu_events if e.observed_at is None or e.observed_at >= since],
             unresponsive_nodes=persistence.confirmed(),
@@ -111,6 +111,15 @@ class AttributionActivities:
             stack_summary=inp.stack_summary,
         )
         return attribute(facts)
+
+
+def _weak(verdict: Attribution, evidence: LogEvidence) -> bool:
+    """Worth waiting for the scheduler's word on the nodes: only silence points at a node, or peers lost their
+    connections and nothing points anywhere (the silent ranks' node is not known from facts: a dead host's ranks
+    may have vanished before the node agents could place them)."""
+    if verdict.cause in _WEAK_CAUSES:
+        return True
+    return verdict.cause == Cause.UNKNOWN and any(not f.culprit for f in evidence.findings)
 
 
 class _Persistence:

@@ -108,6 +108,10 @@ class CrashFinding(Frozen):
     peer_rank: int | None = None
     checkpoint: str | None = None
     """The checkpoint a ``checkpoint_load`` finding could not read, when the log names it (module docstring)."""
+    task: int | None = None
+    """The Slurm task that wrote the line (srun ``--label``) or that srun's own line names (``task 6: ...``)."""
+    rank_is_task: bool = False
+    """``rank`` is that Slurm task id, not a rank the line names (``activities.logs.line``)."""
 
 
 class LineRead(NamedTuple):
@@ -231,12 +235,15 @@ def crash_findings(line: LogLine, read: LineRead) -> list[CrashFinding]:
         gpu=f.gpu,
         peer_rank=f.peer_rank,
         checkpoint=read.checkpoint,
+        task=line.task,
+        rank_is_task=line.rank_is_task and f.rank == line.rank,
     )
     if f.ranks is None:
         return [base]
     if not f.ranks:
         return [base.model_copy(update={"rank": None})]
-    return [base.model_copy(update={"rank": rank}) for rank in f.ranks]
+    # srun's own lines name Slurm tasks ("task 6: Exited ..."): a rank only when the job runs one task per rank.
+    return [base.model_copy(update={"rank": rank, "task": rank, "rank_is_task": True}) for rank in f.ranks]
 
 
 def classify(line: LogLine) -> list[CrashFinding]:
@@ -273,6 +280,8 @@ def to_findings(found: Sequence[CrashFinding], start_order: int = 0) -> list[Log
             culprit=f.culprit,
             failure_class=f.failure_class,
             checkpoint=f.checkpoint or "",
+            task=f.task,
+            rank_is_task=f.rank_is_task,
         )
         for i, f in enumerate(f for f in found if f.role is not Role.INFO)
     ]

@@ -175,7 +175,7 @@ class Diagnoser:
         The job's nodes are the ones the findings name (the logs are all there is); no node state, no GPU agent.
         """
         nodes = tuple(sorted({f.node for f in self._findings if f.node}))
-        facts = AttributionFacts.from_findings(nodes, 0, self._findings, ranks_logging=self._ranks)
+        facts = AttributionFacts.from_findings(nodes, self._findings, ranks_logging=self._ranks)
         return attribute(facts), {self._categories[f.order] for f in deciding_findings(facts)}
 
     # ----- one line ---------------------------------------------------------------------------------------------
@@ -211,7 +211,16 @@ class Diagnoser:
         """Keep the line's findings as the live path has them (the line number stands for the byte offset)."""
         if len(self._findings) >= _MAX_FINDINGS:
             return
-        line = LogLine(path=path, rank=rank, text=text, offset=number, at=split_prefix(text).at)
+        prefix = split_prefix(text)
+        line = LogLine(
+            path=path,
+            rank=rank,
+            text=text,
+            offset=number,
+            at=prefix.at,
+            task=prefix.label,
+            rank_is_task=rank is not None and rank == prefix.label and prefix.torch_rank is None,
+        )
         found = to_findings(crash_findings(line, read), start_order=len(self._findings))
         self._findings += found
         self._categories += [read.hit.category if read.hit is not None else Category.NONE] * len(found)

@@ -1,9 +1,15 @@
 """One line of a log file and what its start says: srun label, PyTorch rank prefix, leading timestamp, rank token.
 
-Rank of a line, when the file's name gives none (``activities.logs.patterns``), first rule that gives one:
+An srun ``--label`` prefix (``3: ...``) names the Slurm *task* that wrote the line (``LogLine.task``). It is the
+job's rank only when the job runs one Slurm task per rank (srun per rank, Lightning's Slurm environment); under a
+launcher that starts the ranks itself (torchrun under ``srun --ntasks-per-node=1``) the task is the node's index
+and the ranks are in PyTorch's ``[rankN]:`` prefix. So the rank of a line, when the file's name gives none
+(``activities.logs.patterns``), is the first that gives one of:
 
-1. an srun ``--label`` prefix (``3: ...``), then a PyTorch ``[rank3]:`` prefix;
-2. a ``rank=3``, ``[rank 3]``/``[Rank 3]`` or ``rank 3/8`` token in the line (not ``local_rank=``).
+1. a PyTorch ``[rank3]:`` prefix (the global rank, whatever the launcher);
+2. the srun label (``rank_is_task``: true only for one task per rank; a reader that knows the job's launcher
+   places the line by its task instead, ``workflows.domain.ranks.RankMap.node_of_task``);
+3. a ``rank=3``, ``[rank 3]``/``[Rank 3]`` or ``rank 3/8`` token in the line (not ``local_rank=``).
 
 Leading timestamps (``LogLine.at``): ISO 8601 with ``T`` or a space, ``.`` or ``,`` before the fraction,
 optionally in brackets and with a zone (``2026-11-30T03:40:01.123Z``, ``[2026-11-30 03:40:01,123]``); a time
@@ -53,6 +59,11 @@ class LogLine(Frozen):
     """The line's own leading timestamp, tz-aware (UTC when the line gives no zone); None without one."""
     node: str | None = None
     """The node named by ``%N`` in the pattern that matched the file."""
+    task: int | None = None
+    """The Slurm task id of an srun ``--label`` prefix: the task's node is a fact Slurm knows, its rank is not."""
+    rank_is_task: bool = False
+    """``rank`` is only the srun label's task id (no file name, ``[rankN]:`` prefix or token gave one): a rank
+    under srun per rank, a node's index under torchrun."""
 
     @field_validator("at")
     @classmethod
@@ -114,16 +125,26 @@ def rank_token(text: str) -> int | None:
 
 
 def decode_line(path: str, file_rank: int | None, node: str | None, offset: int, raw: bytes) -> LogLine:
-    """The ``LogLine`` of ``raw`` (bytes without their terminator): the file's rank, else the line's own."""
+    """The ``LogLine`` of ``raw`` (bytes without their terminator): the file's rank, else the line's own (module
+    docstring), and the srun label's task."""
     text = raw.decode("utf-8", errors="replace")
     prefix = split_prefix(text)
-    rank = file_rank
-    for candidate in (prefix.label, prefix.torch_rank):
-        if rank is None:
-            rank = candidate
+    rank = file_rank if file_rank is not None else prefix.torch_rank
+    rank_is_task = rank is None and prefix.label is not None
+    if rank_is_task:
+        rank = prefix.label
     if rank is None:
         rank = rank_token(prefix.body)
-    return LogLine(path=path, rank=rank, node=node, text=text, offset=offset, at=prefix.at)
+    return LogLine(
+        path=path,
+        rank=rank,
+        node=node,
+        text=text,
+        offset=offset,
+        at=prefix.at,
+        task=prefix.label,
+        rank_is_task=rank_is_task,
+    )
 
 
 def _parse_timestamp(m: re.Match[str]) -> datetime | None:

@@ -69,7 +69,8 @@ def prepare(text: str) -> Prepared:
     """
     prefix = split_prefix(strip_terminal_codes(text), parse_time=False)
     body = prefix.body
-    rank = prefix.label if prefix.label is not None else prefix.torch_rank
+    # ``[rankN]:`` is the global rank; an srun label is only the Slurm task (``activities.logs.line``).
+    rank = prefix.torch_rank if prefix.torch_rank is not None else prefix.label
     host: str | None = None
     gpu: str | None = None
     for _ in range(6):  # prefixes nest: "2024-...Z: [1,12]<stdout>:host:pid:tid [0] NCCL WARN ...", two timestamps
@@ -77,7 +78,7 @@ def prepare(text: str) -> Prepared:
         if again.body != body:
             body = again.body
             if rank is None:
-                rank = again.label if again.label is not None else again.torch_rank
+                rank = again.torch_rank if again.torch_rank is not None else again.label
             continue
         m = _EXTRA_PREFIX.match(body)
         if m is None:

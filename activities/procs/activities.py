@@ -40,7 +40,7 @@ from activities.procs.pyspy import (
     run_py_spy,
     truncate,
 )
-from activities.procs.ranks import choose_ranks
+from activities.procs.ranks import choose_ranks, step_layout
 from workflows.domain.procs import (
     NodeProcessesInput,
     NodeProcessesResult,
@@ -166,12 +166,14 @@ class ProcsActivities:
             )
         chosen, notes = choose_ranks(scan.processes)
         btime = boot_time(self._proc_root)
+        layout, layout_note = step_layout(chosen)
         return NodeProcessesResult(
             node=self._node,
             observed_at=observed_at,
             processes=tuple(self._rank_process(job_id, p, btime) for p in chosen),
             unreadable=scan.unreadable,
-            notes=tuple(scan.notes + notes),
+            notes=tuple(scan.notes + notes + ([layout_note] if layout_note else [])),
+            step_layout=layout,
         )
 
     def _rank_process(self, job_id: int, p: JobProcess, btime: float | None) -> RankProcess:
@@ -194,6 +196,9 @@ class ProcsActivities:
             rss_bytes=s.rss_pages * self._page_size,
             started_at=started_at(s, btime, self._clk_tck),
             cmdline=bounded_cmdline(p.argv),
+            task=p.task,
+            local_world_size=p.local_world_size,
+            world_size=p.world_size,
         )
 
     async def _tool(self, binary: Path) -> tuple[str, str]:

@@ -69,6 +69,15 @@ class JobProcess:
     argv: tuple[str, ...]
     exe: str
     wchan: str
+    task: int | None = None
+    """``SLURM_PROCID``: the Slurm task the process belongs to (the rank itself under srun per rank)."""
+    local_world_size: int | None = None
+    """``LOCAL_WORLD_SIZE`` (torchrun, accelerate, DeepSpeed): how many ranks this node's launcher started."""
+    world_size: int | None = None
+    """``WORLD_SIZE`` when a launcher set it, else ``SLURM_STEP_NUM_TASKS`` for an srun task."""
+    layout: tuple[str, str, str] = ("", "", "")
+    """The step's layout as srun gave it: ``SLURM_STEP_NODELIST``, ``SLURM_STEP_TASKS_PER_NODE``,
+    ``SLURM_DISTRIBUTION`` (each empty when unset)."""
 
     @property
     def pid(self) -> int:
@@ -262,6 +271,10 @@ def scan_job_processes(
         except OSError:
             exe = ""
         wchan = _read_optional(base / "wchan").decode(errors="replace").strip()
+        task = _int_env(env, "SLURM_PROCID", pid, scan)
+        world_size = _int_env(env, "WORLD_SIZE", pid, scan) if source == "RANK" else None
+        if world_size is None and source == "SLURM_PROCID":
+            world_size = _int_env(env, "SLURM_STEP_NUM_TASKS", pid, scan)
         scan.processes.append(
             JobProcess(
                 stat=stat,
@@ -272,6 +285,14 @@ def scan_job_processes(
                 argv=parse_cmdline(_read_optional(base / "cmdline")),
                 exe=exe,
                 wchan="" if wchan == "0" else wchan,
+                task=task,
+                local_world_size=_int_env(env, "LOCAL_WORLD_SIZE", pid, scan) if source == "RANK" else None,
+                world_size=world_size,
+                layout=(
+                    env.get("SLURM_STEP_NODELIST", ""),
+                    env.get("SLURM_STEP_TASKS_PER_NODE", ""),
+                    env.get("SLURM_DISTRIBUTION", ""),
+                ),
             )
         )
     return scan

@@ -21,11 +21,17 @@ Rules, in order:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 
 from activities.procs.proc import JobProcess
+from activities.slurm.hostlist import HostlistError, expand
+from workflows.domain.ranks import StepLayout
 
-__all__ = ["LAUNCHER_COMMS", "choose_ranks"]
+__all__ = ["LAUNCHER_COMMS", "choose_ranks", "parse_tasks_per_node", "step_layout"]
+
+_TASKS_PER_NODE = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+_MAX_LAYOUT_NODES = 100_000
 
 LAUNCHER_COMMS = frozenset({"srun", "salloc", "sbatch", "slurmstepd"})
 _HELPER_MARKERS = ("multiprocessing", "compile_worker", "torch._inductor")
@@ -87,3 +93,39 @@ def choose_ranks(processes: Iterable[JobProcess]) -> tuple[list[JobProcess], lis
             if p is not best:
                 notes.append(f"pid {p.pid} ({p.stat.comm}): also claims rank {rank}; chose pid {best.pid}")
     return chosen, notes
+
+
+def parse_tasks_per_node(text: str) -> tuple[int, ...]:
+    """``SLURM_STEP_TASKS_PER_NODE`` (``2(x3),1``) -> ``(2, 2, 2, 1)``.
+
+    Raises:
+        ValueError: Not Slurm's format, or more than 100 000 nodes.
+    """
+    counts: list[int] = []
+    for part in text.split(","):
+        m = _TASKS_PER_NODE.match(part.strip())
+        if m is None:
+            raise ValueError(f"tasks per node {text[:80]!r}: {part[:20]!r} is not N or N(xM)")
+        repeat = int(m.group(2) or 1)
+        if len(counts) + repeat > _MAX_LAYOUT_NODES:
+            raise ValueError(f"tasks per node {text[:80]!r} names more than {_MAX_LAYOUT_NODES} nodes")
+        counts += [int(m.group(1))] * repeat
+    return tuple(counts)
+
+
+def step_layout(chosen: Sequence[JobProcess]) -> tuple[StepLayout | None, str]:
+    """The layout srun gave the ranks' step, when the ranks are srun tasks (not a launcher's workers); and a note
+    when the environment's layout could not be read. The newest step's first rank speaks for the step."""
+    tasks = [p for p in chosen if p.rank_source == "SLURM_PROCID" and p.layout[0] and p.layout[1]]
+    if not tasks:
+        return None, ""
+    proc = max(tasks, key=lambda p: (_step_key(p), -p.pid))
+    nodelist, per_node, distribution = proc.layout
+    try:
+        nodes = expand(nodelist)
+        counts = parse_tasks_per_node(per_node)
+    except (HostlistError, ValueError) as e:
+        return None, f"pid {proc.pid}: step layout unreadable ({e})"
+    if len(nodes) != len(counts):
+        return None, f"pid {proc.pid}: {len(nodes)} step nodes but {len(counts)} task counts; layout ignored"
+    return StepLayout(nodes=nodes, tasks_per_node=counts, distribution=distribution.strip()), ""

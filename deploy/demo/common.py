@@ -155,16 +155,21 @@ class RankEnv:
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> RankEnv:
         """Parse ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURMD_NODENAME``, ``SLURM_JOB_ID``,
-        ``SLURM_RESTART_COUNT`` (default 0) and the GPU lists.
+        ``SLURM_RESTART_COUNT`` (default 0) and the GPU lists; under torchrun (one srun task per node, the ranks
+        its workers) ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` instead of srun's task variables.
 
         Raises:
             ValueError: a required variable is missing or the rank is out of range.
         """
-        rank = int(_required(env, "SLURM_PROCID"))
-        world_size = int(_required(env, "SLURM_NTASKS", "SLURM_NPROCS"))
+        if env.get("RANK") and env.get("WORLD_SIZE"):
+            rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
+            local_rank = int(env.get("LOCAL_RANK", "0"))
+        else:
+            rank = int(_required(env, "SLURM_PROCID"))
+            world_size = int(_required(env, "SLURM_NTASKS", "SLURM_NPROCS"))
+            local_rank = int(env.get("SLURM_LOCALID", "0"))
         if not 0 <= rank < world_size:
-            raise ValueError(f"SLURM_PROCID={rank} is outside world size {world_size}")
-        local_rank = int(env.get("SLURM_LOCALID", "0"))
+            raise ValueError(f"rank {rank} is outside world size {world_size}")
         job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
         return cls(
             rank=rank,

@@ -13,6 +13,9 @@ from deploy.demo.common import RunPaths
 from deploy.local.layout import LabLayout
 
 SBATCH_SCRIPT = Path(__file__).with_name("train.sbatch")
+#: The same trainer launched by torchrun under srun (one task per node), writing only ``slurm-%j.out``.
+TORCHRUN_SBATCH_SCRIPT = Path(__file__).with_name("train-torchrun.sbatch")
+LAUNCHERS = ("srun", "torchrun")
 # The lab's trainers, by name: the demo loop, and real PyTorch Lightning and Hugging Face Trainer jobs (the trainers
 # extra). Every script takes the same trainer options and writes the same per-rank logs and rank files.
 TRAINER_SCRIPTS = {
@@ -51,28 +54,39 @@ def sbatch_command(
     step_sleep: float = DEFAULT_STEP_SLEEP,
     extra_sbatch_args: Sequence[str] = (),
     sbatch: str = "sbatch",
+    launcher: str = "srun",
     trainer: str = "demo",
 ) -> list[str]:
-    """The argument list ``submit_demo`` runs (exposed for dry runs and tests)."""
+    """The argument list ``submit_demo`` runs (exposed for dry runs and tests).
+
+    ``launcher="torchrun"``: one srun task per node, ``tasks_per_node`` torchrun workers on each, and the job's
+    output left at Slurm's default, ``slurm-%j.out`` in the run directory (``torchrun_log``). ``trainer``: the
+    demo loop or a real trainer (``TRAINER_SCRIPTS``); torchrun launches the demo loop only.
+    """
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher {launcher!r}: use one of {', '.join(LAUNCHERS)}")
     if trainer not in TRAINER_SCRIPTS:
         raise ValueError(f"unknown trainer {trainer!r}: one of {', '.join(TRAINER_SCRIPTS)}")
+    if launcher == "torchrun" and trainer != "demo":
+        raise ValueError(f"launcher torchrun runs the demo trainer, not {trainer!r}")
     run_dir = layout.run_dir(validate_run_name(run))
+    torchrun = launcher == "torchrun"
     args = [
         sbatch,
         "--parsable",
         f"--job-name=rebound-demo-{run}",
         f"--nodes={nodes}",
-        f"--ntasks-per-node={tasks_per_node}",
+        f"--ntasks-per-node={1 if torchrun else tasks_per_node}",
         "--requeue",
         "--open-mode=append",
-        f"--output={RunPaths(run_dir).logs}/job-%j-batch.log",
+        *([] if torchrun else [f"--output={RunPaths(run_dir).logs}/job-%j-batch.log"]),
         f"--chdir={run_dir}",
         # The script's REBOUND_* variables travel in sbatch's own environment; ALL avoids comma-splitting paths.
         "--export=ALL",
     ]
     if gpus_per_node > 0:
         args.append(f"--gres=gpu:{gpus_per_node}")
-    args += [*extra_sbatch_args, str(TRAINER_SCRIPTS[trainer])]
+    args += [*extra_sbatch_args, str(TORCHRUN_SBATCH_SCRIPT if torchrun else TRAINER_SCRIPTS[trainer])]
     args += ["--steps", str(steps), "--checkpoint-every", str(checkpoint_every), "--step-sleep", str(step_sleep)]
     return args
 
@@ -92,6 +106,11 @@ def submit_env(
     existing = out.get("PYTHONPATH")
     out["PYTHONPATH"] = f"{REPO_ROOT}{os.pathsep}{existing}" if existing else str(REPO_ROOT)
     return out
+
+
+def torchrun_log(layout: LabLayout, run: str) -> str:
+    """The torchrun demo's one output file, as a pattern (``%j``: the job id): Slurm's default ``slurm-%j.out``."""
+    return f"{layout.run_dir(validate_run_name(run))}/slurm-%j.out"
 
 
 def parse_job_id(stdout: str) -> int:
@@ -118,6 +137,7 @@ def submit_demo(
     sbatch: str = "sbatch",
     timeout_s: float = 30.0,
     opt_in: bool = True,
+    launcher: str = "srun",
     trainer: str = "demo",
 ) -> int:
     """Create the run's directories and submit the demo job; returns the Slurm job id.
@@ -138,6 +158,8 @@ def submit_demo(
         timeout_s: how long sbatch may take.
         opt_in: ask Rebound to keep the job running, through Slurm itself: ``--comment`` carries the spec
             (checkpoint directory, the ranks' log files), as any user would write it.
+        launcher: ``srun`` (one task per rank, a log file per rank) or ``torchrun`` (torchrun under srun, one
+            task per node, ``tasks_per_node`` workers each, everything in ``slurm-%j.out``).
         trainer: ``demo`` (``deploy.demo.train``), ``lightning`` or ``hf`` (``TRAINER_SCRIPTS``).
 
     Raises:
@@ -147,7 +169,8 @@ def submit_demo(
     paths = RunPaths(layout.run_dir(validate_run_name(run)))
     paths.ensure()
     if opt_in:
-        spec = f"rebound: ckpt={paths.checkpoints};logs={paths.logs}/job-%j-*.log"
+        logs = torchrun_log(layout, run) if launcher == "torchrun" else f"{paths.logs}/job-%j-*.log"
+        spec = f"rebound: ckpt={paths.checkpoints};logs={logs}"
         extra_sbatch_args = (f"--comment={spec}", *extra_sbatch_args)
     cmd = sbatch_command(
         layout,
@@ -160,12 +183,16 @@ def submit_demo(
         step_sleep=step_sleep,
         extra_sbatch_args=extra_sbatch_args,
         sbatch=sbatch,
+        launcher=launcher,
         trainer=trainer,
     )
+    environ = submit_env(layout, run, env, python=python)
+    if launcher == "torchrun":
+        environ["REBOUND_NPROC"] = str(tasks_per_node)
     try:
         done = subprocess.run(
             cmd,
-            env=submit_env(layout, run, env, python=python),
+            env=environ,
             capture_output=True,
             text=True,
             timeout=timeout_s,

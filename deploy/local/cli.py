@@ -46,6 +46,12 @@ def register(commands: Commands) -> None:
         default="demo",
         help="the demo loop, or a real PyTorch Lightning / Hugging Face Trainer job (needs the trainers extra)",
     )
+    demo.add_argument(
+        "--launcher",
+        choices=["srun", "torchrun"],
+        default="srun",
+        help="srun: one task per rank, a log per rank; torchrun: torchrun under srun, one slurm-%%j.out",
+    )
 
     inj = cmds.add_parser("inject", help="break a demo run for real (records the fault's true onset time)")
     inj.add_argument("kind", choices=["crash", "segv", "hang", "slow", "gpu-fault", "xid", "user-bug", "node-crash"])
@@ -124,6 +130,7 @@ def _dispatch(lab: Lab, args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every,
             env=lab.slurm.env(),
             trainer=args.trainer,
+            launcher=args.launcher,
         )
         print(json.dumps({"run": run, "job_id": job_id, "run_dir": str(lab.cfg.layout.run_dir(run))}))
         return 0

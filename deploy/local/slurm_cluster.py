@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import stat
 from pathlib import Path
@@ -20,7 +21,9 @@ from deploy.local.processes import (
     wait_until,
 )
 from deploy.local.slurm_config import render_gres_conf, render_slurm_conf
-from deploy.local.system import find_binary, sbin_path
+from deploy.local.system import ensure_node_hosts, find_binary, sbin_path
+
+log = logging.getLogger(__name__)
 
 NVIDIA_MAJOR = 195  # the character-device major number of NVIDIA GPUs
 
@@ -60,6 +63,10 @@ class SlurmCluster:
             lay.jwt_key.write_bytes(os.urandom(32))
         lay.jwt_key.chmod(0o600)
         self._make_gpu_devices()
+        try:
+            ensure_node_hosts(self.cfg.node_names)
+        except OSError as e:  # not root: the lab still runs; only launchers that rendezvous by node name fail
+            log.warning("cannot make the node names resolvable in /etc/hosts: %s", e)
         changed = _write_if_changed(lay.slurm_conf, render_slurm_conf(self.cfg))
         changed |= _write_if_changed(lay.gres_conf, render_gres_conf(self.cfg))
         return changed

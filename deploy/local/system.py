@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 from deploy.local.processes import LabError
 
@@ -76,4 +77,25 @@ def ensure_packages() -> list[str]:
     still = missing_packages()
     if still:
         raise LabError(f"apt-get finished but these are still missing: {still}")
+    return missing
+
+
+#: Marks the lines the lab adds to the hosts file, so a second bring-up finds them and adds nothing.
+HOSTS_MARK = "# rebound lab nodes"
+
+
+def ensure_node_hosts(names: list[str], hosts: Path = Path("/etc/hosts"), address: str = "127.0.0.1") -> list[str]:
+    """Make the lab's node names resolvable (launchers such as torchrun rendezvous by hostname: ``n1:29500``).
+
+    Every lab node runs on this host (``NodeAddr=127.0.0.1``); a name the hosts file does not list yet is added
+    on one marked line. Idempotent: names already listed (by the lab or anyone) are left alone. Returns the names
+    added; an unwritable hosts file (not root) raises ``OSError`` for the caller to report.
+    """
+    text = hosts.read_text() if hosts.exists() else ""
+    listed = {name for line in text.splitlines() for name in line.split("#", 1)[0].split()[1:]}
+    missing = [n for n in names if n not in listed]
+    if missing:
+        sep = "" if not text or text.endswith("\n") else "\n"
+        with hosts.open("a") as f:
+            f.write(f"{sep}{address} {' '.join(missing)} {HOSTS_MARK}\n")
     return missing

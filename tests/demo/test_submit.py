@@ -137,3 +137,20 @@ def test_batch_script_defaults() -> None:
     ]
     for expected in ("--nodes=2", "--ntasks-per-node=2", "--gres=gpu:2", "--requeue"):
         assert expected in directives
+
+
+def test_submit_demo_under_torchrun_runs_one_task_per_node_into_slurm_out(tmp_path: Path) -> None:
+    layout = LabLayout(tmp_path / "lab")
+    sbatch = _script(tmp_path / "sbatch", FAKE_SBATCH)
+    env = {"PATH": os.environ["PATH"], "FAKE_DIR": str(tmp_path)}
+    submit.submit_demo(layout, "t1", tasks_per_node=2, env=env, sbatch=str(sbatch), launcher="torchrun")
+    args = (tmp_path / "args").read_text().splitlines()
+    options = args[: args.index(str(submit.TORCHRUN_SBATCH_SCRIPT))]
+    run_dir = layout.run_dir("t1")
+    assert "--ntasks-per-node=1" in options and "--gres=gpu:2" in options
+    assert not any(o.startswith("--output=") for o in options)  # Slurm's default: slurm-%j.out in the run dir
+    assert f"--comment=rebound: ckpt={run_dir}/checkpoints;logs={run_dir}/slurm-%j.out" in options
+    job_env = dict(line.split("=", 1) for line in (tmp_path / "env").read_text().splitlines() if "=" in line)
+    assert job_env["REBOUND_NPROC"] == "2"
+    with pytest.raises(ValueError, match="launcher"):
+        submit.sbatch_command(layout, "t1", launcher="mpirun")

@@ -22,6 +22,13 @@ def test_rank_env_from_slurm_variables() -> None:
     assert (bare.restart, bare.job_id) == (0, None)
 
 
+def test_rank_env_under_torchrun_takes_the_workers_rank() -> None:
+    # torchrun under srun --ntasks-per-node=1: the worker inherits its node's task (SLURM_PROCID=1, SLURM_NTASKS=2)
+    torchrun = {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "SLURM_PROCID": "1", "SLURM_NTASKS": "2"}
+    env = RankEnv.from_environ({**torchrun, "SLURMD_NODENAME": "n2", "SLURM_JOB_GPUS": "0,1"})
+    assert (env.rank, env.world_size, env.local_rank, env.node, env.gpu) == (2, 4, 0, "n2", 0)
+
+
 @pytest.mark.parametrize("missing", ["SLURM_PROCID", "SLURM_NTASKS", "SLURMD_NODENAME"])
 def test_rank_env_requires_slurm_variables(missing: str) -> None:
     env = {k: v for k, v in SLURM_ENV.items() if k != missing}

@@ -6,6 +6,7 @@ wrote) and a ``scenario.json``::
 
     {"id": "<the directory's name>", "title": "...", "source": "constructed" | "lab",
      "job_id": 4242, "job_nodes": ["n1", "n2", "n3", "n4"], "task_count": 16, "layout": "block" | "cyclic",
+     "launcher": "srun" | "torchrun", "world_size": 16, "rank_facts": "step-layout" | "processes" | "none",
      "logs": ["job-%j-rank-%t.log", "job-%j-batch.log"],
      "window_start": "2026-12-03T09:14:07Z",
      "gpu_events": [{"kind": "xid", "host": "n2", "index": 3, "xid": 79}],
@@ -17,6 +18,8 @@ wrote) and a ``scenario.json``::
 name the rank and node, as in the live spec). ``window_start`` (optional) is where the live detector's offsets
 stood when it raised the anomaly: lines from the first one stamped at or after it are what the attribution
 activity read in its settle window (they decide which ranks went silent); without it every line is such a line.
+``launcher``, ``world_size`` and ``rank_facts`` say how the ranks were started and what the live attribution
+would have known of their nodes (``rank_facts``: the RankMap built by ``workflows.policy.rank_map``).
 ``nodes`` are the scheduler's node states as the activity's last read saw them (a job node not listed is
 ``allocated`` and responding); ``gpu_events`` are what the job nodes' agents reported in the window. Every job
 node not in ``culprit_nodes`` is healthy; an empty ``culprit_nodes`` says no node is at fault.
@@ -45,8 +48,11 @@ from activities.logs.watch import unresponsive
 from workflows.domain.base import Frozen
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.incident import ActionRung, FailureClass
+from workflows.domain.procs import NodeProcessesResult, RankProcess
+from workflows.domain.ranks import RankMap, StepLayout
 from workflows.domain.slurm import ClusterSnapshot, NodeBaseState, SlurmNode
 from workflows.policy.attribution import AttributionFacts, block_rank_layout
+from workflows.policy.rank_map import build_rank_map, step_layout_map
 
 __all__ = [
     "SCENARIO_FILE",
@@ -102,6 +108,14 @@ class Scenario(Frozen):
     job_nodes: tuple[str, ...] = Field(min_length=1)
     task_count: int = Field(ge=1, le=100_000)
     layout: Literal["block", "cyclic"] = "block"
+    launcher: Literal["srun", "torchrun"] = "srun"
+    """``srun``: one Slurm task per rank; ``torchrun``: one task per node (``task_count`` of them), whose
+    ``world_size`` ranks torchrun spawns, ``world_size / nodes`` per node, block-wise."""
+    world_size: int | None = Field(None, ge=1, le=100_000)
+    """torchrun's rank count; None: ``task_count``."""
+    rank_facts: Literal["step-layout", "processes", "none"] = "step-layout"
+    """What the live activity would know of rank -> node: srun's step layout (``layout`` over ``task_count``
+    tasks), the node agents' view of every rank's process, or nothing."""
     logs: tuple[str, ...] = Field(min_length=1)
     window_start: datetime | None = None
     gpu_events: tuple[GpuEvent, ...] = ()
@@ -259,8 +273,8 @@ def build_facts(loaded: LoadedScenario, lines: Sequence[LogLine] | None = None) 
     nodes = scenario.job_nodes
     return AttributionFacts.from_findings(
         nodes,
-        scenario.task_count,
         evidence.findings,
+        ranks=rank_facts(scenario),
         ranks_logging=evidence.ranks_logging,
         gpu_events=scenario.gpu_events,
         unresponsive_nodes=unresponsive(_snapshot(scenario), nodes),
@@ -268,8 +282,45 @@ def build_facts(loaded: LoadedScenario, lines: Sequence[LogLine] | None = None) 
 
 
 def true_layout(scenario: Scenario) -> dict[int, str]:
-    """Rank -> node as the job really ran (srun's ``--distribution`` block or cyclic over the job's nodes)."""
+    """Rank -> node as the job really ran (srun's ``--distribution`` block or cyclic over the job's nodes; a
+    torchrun job's ranks block-wise over its nodes)."""
+    if scenario.launcher == "torchrun":
+        return block_rank_layout(scenario.job_nodes, scenario.world_size or scenario.task_count)
     if scenario.layout == "block":
         return block_rank_layout(scenario.job_nodes, scenario.task_count)
     nodes = scenario.job_nodes
     return {rank: nodes[rank % len(nodes)] for rank in range(scenario.task_count)}
+
+
+def rank_facts(scenario: Scenario) -> RankMap | None:
+    """The rank map the live attribution would have had (``Scenario.rank_facts``), built by the live policy."""
+    if scenario.rank_facts == "none":
+        return None
+    nodes = scenario.job_nodes
+    if scenario.rank_facts == "step-layout":
+        base, extra = divmod(scenario.task_count, len(nodes))
+        per_node = tuple(base + (1 if i < extra else 0) for i in range(len(nodes)))
+        layout = StepLayout(nodes=nodes, tasks_per_node=per_node, distribution=scenario.layout)
+        return step_layout_map(layout, tasks_are_ranks=scenario.launcher == "srun")
+    per_node_launcher = scenario.launcher == "torchrun"
+    answers = [
+        NodeProcessesResult(
+            node=node,
+            observed_at=scenario.window_start or datetime(2026, 1, 1, tzinfo=UTC),
+            processes=tuple(
+                RankProcess(
+                    pid=10_000 + rank,
+                    rank=rank,
+                    job_id=scenario.job_id,
+                    node=node,
+                    state="S",
+                    rank_source="RANK" if per_node_launcher else "SLURM_PROCID",
+                    task=nodes.index(node) if per_node_launcher else rank,
+                )
+                for rank, n in sorted(true_layout(scenario).items())
+                if n == node
+            ),
+        )
+        for node in nodes
+    ]
+    return build_rank_map(answers, job_nodes=nodes)

@@ -218,3 +218,7 @@ class LogFinding(Frozen):
     checkpoint: str = ""
     """The checkpoint a ``checkpoint_load`` finding could not read, as the log names it (the failing line, or the
     load line before it on the same rank); empty when no line names it."""
+    task: int | None = None
+    """The Slurm task that wrote the line (srun ``--label``) or that srun's line names: placed by the task's node."""
+    rank_is_task: bool = False
+    """``rank`` is only that task id: the rank under srun per rank, the node's index under torchrun."""

@@ -14,6 +14,7 @@ from workflows.domain.hang import HangPolicy, HangVerdict
 from workflows.domain.incident import Anomaly, Attribution, LogFinding
 from workflows.domain.procs import RankProcess
 from workflows.domain.progress import ProgressSignal, ProgressState
+from workflows.domain.ranks import RankMap
 from workflows.domain.recovery import StragglerAction
 from workflows.domain.slurm import JobState, SlurmJob
 from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
@@ -88,9 +89,12 @@ class AttributeInput(Frozen):
     anomaly: Anomaly
     job_nodes: tuple[str, ...] = ()
     task_count: int = 0
+    """Slurm's task count of the job (kept for recorded histories; ranks are placed by ``rank_map``)."""
     log_patterns: tuple[str, ...] = ()
     offsets: dict[str, int] = {}
     findings: tuple[LogFinding, ...] = ()
+    rank_map: RankMap | None = None
+    """Rank -> node from facts (the node agents' view of the job's processes); None: only the logs place ranks."""
     gpu_events: tuple[GpuEvent, ...] = ()
     settle_s: float = Field(1.0, ge=0)
     """Keep reading logs this long: a peer's error or srun's summary often lands a moment after the first line."""

@@ -13,6 +13,7 @@ from datetime import datetime
 from pydantic import Field
 
 from workflows.domain.base import Frozen
+from workflows.domain.ranks import StepLayout
 
 __all__ = [
     "MAX_CMDLINE_CHARS",
@@ -83,6 +84,12 @@ class RankProcess(Frozen):
     started_at: datetime | None = None
     cmdline: str = Field("", max_length=MAX_CMDLINE_CHARS)
     """Arguments joined by spaces, cut to ``MAX_CMDLINE_CHARS``."""
+    task: int | None = None
+    """``SLURM_PROCID``: the Slurm task (the rank under srun per rank; the node's launcher task under torchrun)."""
+    local_world_size: int | None = None
+    """``LOCAL_WORLD_SIZE`` set by a per-node launcher (torchrun, accelerate, DeepSpeed): its node's rank count."""
+    world_size: int | None = None
+    """``WORLD_SIZE`` set by a launcher, else the srun step's task count; None when neither is set."""
 
 
 class NodeProcessesInput(Frozen):
@@ -107,6 +114,9 @@ class NodeProcessesResult(Frozen):
     """Processes whose environment could not be read (permission denied), so whose job is unknown."""
     notes: tuple[str, ...] = ()
     """Why a candidate process was passed over (malformed stat, a second process claiming a rank, ...)."""
+    step_layout: StepLayout | None = None
+    """The layout srun gave the ranks' step (``SLURM_STEP_NODELIST``, ``SLURM_STEP_TASKS_PER_NODE``,
+    ``SLURM_DISTRIBUTION``) when the ranks are srun tasks and it could be read; None otherwise."""
 
 
 class StackDumpInput(Frozen):

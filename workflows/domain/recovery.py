@@ -17,6 +17,7 @@ from workflows.domain.incident import Anomaly, Incident, LogFinding, TimelineEnt
 from workflows.domain.liveness import LivenessState
 from workflows.domain.notify import Notification
 from workflows.domain.progress import ProgressState
+from workflows.domain.ranks import RankMap
 from workflows.domain.slurm import JobState, SlurmJob
 from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
 from workflows.domain.submission import SubmissionFacts
@@ -113,6 +114,10 @@ class DetectionPolicy(Frozen):
     """A running job that has shown no step line (nor heartbeat) gets its ranks' stacks and its checkpoint
     directory sampled this often (progress without step lines; its hang window is ``hang.silent_default_s`` or
     learned); 0: never."""
+    rank_map_after_s: float = Field(5.0, ge=0, le=3600)
+    """How long after an attempt is seen running the node agents are first asked which rank runs where; asked
+    again after twice, then three times as long while some job node shows no rank yet (torchrun's rendezvous
+    and the imports take seconds). The map outlives ranks that die later (``RankMap``)."""
 
 
 class JobRecoveryInput(Frozen):
@@ -214,6 +219,9 @@ class JobRecoveryState(Frozen):
     """Notifications decided in synchronous code (the end of the run), sent before the run returns."""
     submission: SubmissionFacts | None = None
     """How the job was submitted, captured when the watch began (for a resubmission); None when not captured."""
+    rank_map: RankMap | None = None
+    """Rank -> node of the current attempt, from the node agents' view of its processes (taken
+    ``rank_map_after_s`` after it ran; bounded by ``MAX_RANK_SPANS``); None before, and after a restart."""
 
 
 class JobRecoveryResult(Frozen):

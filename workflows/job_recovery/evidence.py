@@ -1,5 +1,5 @@
-"""Evidence JobRecovery gathers: GPU reads and a hung job's processes and stacks from the nodes' agents, and
-the attribution that weighs it.
+"""Evidence JobRecovery gathers: GPU reads, which rank runs on which node (``rank_map``) and a hung job's processes
+and stacks from the nodes' agents, and the attribution that weighs it.
 
 Called from the workflow (these start activities on each node's own task queue). A node whose agent does not
 answer is no evidence either way: it is noted and skipped, never a reason to fail or delay the recovery.
@@ -30,7 +30,9 @@ with workflow.unsafe.imports_passed_through():
         StackDumpInput,
         StackDumpResult,
     )
+    from workflows.domain.ranks import RankMap
     from workflows.options import ATTRIBUTE, NODE_AGENT_EVIDENCE, NODE_AGENT_QUICK_READ
+    from workflows.policy.rank_map import build_rank_map
     from workflows.policy.stacks import describe_stacks, odd_ranks
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "HangEvidence",
     "attribute",
     "hang_evidence",
+    "rank_map",
     "read_all_gpus",
     "read_gpus",
     "summarise_hang_evidence",
@@ -118,10 +121,17 @@ def summarise_hang_evidence(nodes: Sequence[str], found: Sequence[NodeEvidence])
     )
 
 
-async def _node_evidence(job_id: int, node: str, timeout_s: float) -> NodeEvidence:
-    """One node: its ranks' processes first (fast), then their stacks (py-spy, slower)."""
+async def rank_map(job_id: int, nodes: Sequence[str]) -> RankMap:
+    """Which rank runs where, from every node agent's view of the job's processes (concurrently; a node whose
+    agent does not answer places nothing, and the map says so)."""
+    answers = await asyncio.gather(*(_node_processes(job_id, n) for n in nodes))
+    return build_rank_map(answers, job_nodes=nodes, observed_at=workflow.now())
+
+
+async def _node_processes(job_id: int, node: str) -> NodeProcessesResult | None:
+    """One node's view of the job's rank processes; None when its agent does not answer."""
     try:
-        procs = await workflow.execute_activity_method(
+        return await workflow.execute_activity_method(
             ProcsActivities.rank_processes,
             NodeProcessesInput(job_id=job_id),
             task_queue=node_task_queue(node),
@@ -130,7 +140,12 @@ async def _node_evidence(job_id: int, node: str, timeout_s: float) -> NodeEviden
             **NODE_AGENT_EVIDENCE,
         )
     except ActivityError:
-        procs = None
+        return None
+
+
+async def _node_evidence(job_id: int, node: str, timeout_s: float) -> NodeEvidence:
+    """One node: its ranks' processes first (fast), then their stacks (py-spy, slower)."""
+    procs = await _node_processes(job_id, node)
     try:
         dump = await workflow.execute_activity_method(
             ProcsActivities.dump_stacks,

@@ -78,9 +78,9 @@ def restart_hang_clock(state: JobRecoveryState, now: datetime) -> JobRecoverySta
 
 
 def new_attempt(state: JobRecoveryState, now: datetime) -> JobRecoveryState:
-    """The job was requeued: its start-up (scheduling, model and checkpoint load) is not a hang, and its
-    stragglers are reported afresh."""
-    return restart_hang_clock(state, now).model_copy(update={"reported_stragglers": ()})
+    """The job was requeued: its start-up (scheduling, model and checkpoint load) is not a hang, its
+    stragglers are reported afresh, and its ranks are placed afresh (they may run elsewhere now)."""
+    return restart_hang_clock(state, now).model_copy(update={"reported_stragglers": (), "rank_map": None})
 
 
 def carry(state: JobRecoveryState) -> JobRecoveryState:

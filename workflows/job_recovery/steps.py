@@ -7,6 +7,8 @@ and upserts in here is what running workflows replay against (see the workflow's
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -39,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policy.action_ladder import describe_evidence
     from workflows.policy.budget import backoff_s
     from workflows.policy.implicit import attribute_straggler
+    from workflows.policy.rank_map import merge_maps
     from workflows.policy.recovery import (
         Ending,
         after_observe,
@@ -60,6 +63,7 @@ ACTION_LADDER_PATCH = "job-action-ladder"
 
 __all__ = [
     "ACTION_LADDER_PATCH",
+    "RANK_MAP_AT_ATTRIBUTION",
     "announce",
     "attribute",
     "detect",
@@ -69,6 +73,9 @@ __all__ = [
     "restart",
     "verify",
 ]
+
+#: Patch id (ADR 012): attribution asks the node agents which rank runs where, beside the GPU reads.
+RANK_MAP_AT_ATTRIBUTION = "rank-map-at-attribution"
 
 
 async def detect(rec: Recorder, job: SlurmJob, anomaly: Anomaly) -> int:
@@ -100,7 +107,13 @@ async def attribute(
     """Who is to blame, from the logs, the nodes' GPU reads and the incident's evidence; and the job's state."""
     nodes = job.nodes or rec.status.nodes
     rec.state, signalled = state.take_gpu_events(rec.state)
-    reports = await evidence.read_all_gpus(nodes)
+    ranks = None
+    if workflow.patched(RANK_MAP_AT_ATTRIBUTION):
+        # Ranks still alive on the healthy nodes place themselves now; those that died keep the attempt's map.
+        reports, fresh = await asyncio.gather(evidence.read_all_gpus(nodes), evidence.rank_map(rec.inp.job_id, nodes))
+        ranks = merge_maps(fresh, rec.state.rank_map)
+    else:
+        reports = await evidence.read_all_gpus(nodes)
     start = job.start_time or rec.status.running_since or anomaly.observed_at
     incident = rec.incident(number)
     result = await evidence.attribute(
@@ -117,6 +130,7 @@ async def attribute(
             odd_ranks=incident.odd_ranks,
             processes=incident.processes,
             stack_summary=describe_stacks(incident.stacks) if incident.stacks else "",
+            rank_map=ranks,
         )
     )
     rec.update_status(log_offsets=result.offsets)

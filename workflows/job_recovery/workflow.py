@@ -13,6 +13,7 @@ it only the way the replay ADR says (``workflow.patched``), never by moving a ca
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
 
@@ -23,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.job_recovery.checkpoints as checkpoints
     import workflows.job_recovery.ledger as ledger
     import workflows.job_recovery.liveness as liveness
+    import workflows.job_recovery.ranks as ranks
     import workflows.job_recovery.resubmit as resubmission
     import workflows.job_recovery.scheduler as scheduler
     import workflows.job_recovery.state as state
@@ -76,6 +78,7 @@ class JobRecoveryWorkflow:
     def __init__(self, inp: JobRecoveryInput) -> None:
         self._inp = inp
         self._rec = Recorder(inp)
+        self._rank_look: asyncio.Task[None] | None = None
 
     # ----- messages --------------------------------------------------------------------------------------------
     @workflow.signal(
@@ -184,6 +187,7 @@ class JobRecoveryWorkflow:
         if rec.inp.detection.silent_sample_s > 0 and workflow.patched(liveness.PATCH_LIVENESS):
             watch = watch.model_copy(update={"sample_after_s": rec.inp.detection.silent_sample_s})
         handle = scheduler.start_watch(watch, job)
+        self._look_at_ranks(job)
         await workflow.wait_condition(lambda: handle.done() or bool(rec.state.gpu_events) or bool(rec.status.paused_by))
         if not handle.done():
             paused = bool(rec.status.paused_by)
@@ -207,6 +211,13 @@ class JobRecoveryWorkflow:
             rec.state = state.new_attempt(rec.state, workflow.now())
         rec.record("CHANGED", f"job is {result.job.state.value} on {','.join(result.job.nodes) or '-'}")
         return result.job, None, ()
+
+    def _look_at_ranks(self, job: SlurmJob) -> None:
+        """Beside the watch: place the attempt's ranks while they run (``job_recovery.ranks``), once per attempt."""
+        if self._rank_look is not None and not self._rank_look.done():
+            return
+        if ranks.wanted(self._rec, job) and workflow.patched(ranks.RANK_MAP_CAPTURE):
+            self._rank_look = asyncio.create_task(ranks.capture(self._rec, job))
 
     def _gpu_anomaly(self) -> Anomaly:
         """The signalled GPU faults as one anomaly, dated by the first."""

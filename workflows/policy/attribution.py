@@ -5,7 +5,7 @@ Rules, strongest first (the first that applies decides; the rest of the evidence
 1. A GPU fault (XID, lost GPU, double-bit ECC) on one of the job's nodes: hardware; that node and GPU.
 2. One of the job's nodes is DOWN or NOT_RESPONDING (its slurmd is dead): infrastructure; that node.
 3. Slurm reports a node failure for the job (``Node failure on nX``, NODE_FAIL): infrastructure; that node.
-4. A CUDA-style error in a rank's output: hardware; the node of that rank.
+4. A CUDA-style error in a rank's output: hardware; the node of that rank (below).
 5. The checkpoint the job resumes from could not be read (a truncated or torn file, a missing shard or
    ``.metadata``): infrastructure, the checkpoint's fault and neither the code's nor a node's; no node is
    implicated. Not retryable as it stands (a restart loads the same checkpoint); the recovery policy may make it
@@ -28,6 +28,12 @@ Each verdict names the kind of evidence it rests on (``Attribution.basis``), and
 action ladder (``workflows.policy.action_ladder``): node-level evidence (rules 1-3) may drain; the job's own word
 (rules 4, 7, 8, 9) only excludes the node from the job's next placement and records a suspicion.
 
+The node of a rank comes from facts only (``workflows.domain.ranks.RankMap``, built by
+``workflows.policy.rank_map``): the line's own node (``%N``, a host prefix, srun's ``n3: task 6``), else the node
+of the Slurm task that wrote it (an srun label), else the node of its rank. A rank the facts do not place
+implicates no node: the attribution says ``rank R: node unknown (<why>)`` and the restart excludes nothing. srun's
+block layout is used only where the facts say the ranks are srun tasks laid out block-wise.
+
 One engine for every caller: the ``attribute_failure`` activity, ``rebound bench attribution`` and
 ``rebound diagnose`` build their facts with ``AttributionFacts.from_findings`` and call ``attribute``;
 ``deciding_findings`` names the log findings rules 3-7 rest on (``rebound diagnose`` names its root cause among them).
@@ -45,8 +51,10 @@ from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.hang import HangVerdict
 from workflows.domain.incident import Attribution, Evidence, EvidenceKind, EvidenceSource, FailureClass, LogFinding
 from workflows.domain.procs import RankProcess
+from workflows.domain.ranks import Launcher, RankMap
 from workflows.policy.action_ladder import with_action
 from workflows.policy.implicit import attribute_hang
+from workflows.policy.rank_map import with_evidence
 
 #: Finding kinds that point at the GPU and at the code.
 GPU_KINDS = frozenset({FindingKind.CUDA_ERROR, FindingKind.XID})
@@ -68,6 +76,7 @@ class AttributionFacts:
 
     job_nodes: tuple[str, ...]
     rank_nodes: Mapping[int, str]
+    """Every rank the facts place (``RankMap.rank_nodes``)."""
     findings: Sequence[LogFinding] = ()
     gpu_events: Sequence[GpuEvent] = ()
     unresponsive_nodes: Sequence[str] = ()
@@ -80,14 +89,16 @@ class AttributionFacts:
     odd_ranks: Sequence[int] = ()
     processes: Sequence[RankProcess] = ()
     stack_summary: str = ""
+    ranks: RankMap = field(default_factory=RankMap)
+    """Rank -> node and task -> node, with why the rest is unknown."""
 
     @classmethod
     def from_findings(
         cls,
         job_nodes: Sequence[str],
-        task_count: int,
         findings: Sequence[LogFinding],
         *,
+        ranks: RankMap | None = None,
         ranks_logging: Iterable[int] = (),
         gpu_events: Sequence[GpuEvent] = (),
         unresponsive_nodes: Sequence[str] = (),
@@ -96,13 +107,16 @@ class AttributionFacts:
         processes: Sequence[RankProcess] = (),
         stack_summary: str = "",
     ) -> AttributionFacts:
-        """The facts of one failure around what its logs said: rank -> node from the findings and srun's layout
-        (``rank_layout``), and the nodes the findings report failed. The live activity, the attribution bench and
-        ``rebound diagnose`` (no layout: ``task_count`` 0) all build their facts here."""
+        """The facts of one failure around what its logs said: rank -> node from ``ranks`` (the facts gathered
+        about the job: its processes, srun's layout) and what the findings name (``with_evidence``), and the nodes
+        the findings report failed. The live activity, the attribution bench and ``rebound diagnose`` (no map) all
+        build their facts here."""
         nodes = tuple(job_nodes)
+        placed = with_evidence(ranks, findings, nodes)
         return cls(
             job_nodes=nodes,
-            rank_nodes=rank_layout(nodes, task_count, findings),
+            rank_nodes=placed.rank_nodes(),
+            ranks=placed,
             findings=findings,
             gpu_events=gpu_events,
             unresponsive_nodes=unresponsive_nodes,
@@ -116,7 +130,11 @@ class AttributionFacts:
 
 
 def block_rank_layout(nodes: Sequence[str], task_count: int) -> dict[int, str]:
-    """Rank -> node for srun's default block distribution (first nodes get the extra tasks)."""
+    """Rank -> node for srun's default block distribution (first nodes get the extra tasks).
+
+    A layout, not a fact: right only for srun one task per rank without ``--distribution`` (a torchrun job's
+    tasks are its nodes' launchers). Attribution places ranks with a ``RankMap`` instead.
+    """
     if not nodes or task_count <= 0:
         return {}
     base, extra = divmod(task_count, len(nodes))
@@ -126,21 +144,6 @@ def block_rank_layout(nodes: Sequence[str], task_count: int) -> dict[int, str]:
         for _ in range(base + (1 if i < extra else 0)):
             layout[rank] = node
             rank += 1
-    return layout
-
-
-def rank_layout(nodes: Sequence[str], task_count: int, findings: Iterable[LogFinding]) -> dict[int, str]:
-    """Rank -> node: what the evidence says first (srun's ``n3: task 6: ...`` lines, ``node=`` tokens, ``%N`` in
-    file names name both), srun's default block distribution for the ranks it does not cover.
-
-    A job launched with ``--distribution=cyclic`` (or a hostfile) places ranks elsewhere than the block layout
-    says; blaming the block layout's node would drain a healthy one.
-    """
-    layout = block_rank_layout(nodes, task_count)
-    job_nodes = set(nodes)
-    for f in findings:
-        if f.rank is not None and f.node and (not job_nodes or f.node in job_nodes):
-            layout[f.rank] = f.node
     return layout
 
 
@@ -346,8 +349,10 @@ def _culprit(
     ordered: list[LogFinding],
 ) -> Attribution:
     node = _node_of(first, facts)
+    rank = _rank_of(first, facts)
     victims = sorted({f.rank for f in ordered if not f.culprit and f.rank is not None} - {first.rank})
-    detail = f"rank {first.rank} failed first ({first.kind})" if first.rank is not None else f"{first.kind}"
+    who = f"rank {rank}" if rank is not None else f"Slurm task {first.task}" if first.task is not None else ""
+    detail = f"{who} failed first ({first.kind})" if who else f"{first.kind}"
     if victims:
         detail += f"; ranks {', '.join(map(str, victims))} only lost their peers"
     return Attribution(
@@ -356,8 +361,8 @@ def _culprit(
         retryable=True,
         confidence=confidence if node else confidence / 2,
         implicated_nodes=(node,) if node else (),
-        implicated_ranks=(first.rank,) if first.rank is not None else (),
-        explanation=detail + (f" on {node}" if node else "; its node is unknown"),
+        implicated_ranks=(rank,) if rank is not None else (),
+        explanation=detail + (f" on {node}" if node else f"; {_unknown(who, facts)}"),
         evidence=_evidence([first, *[f for f in ordered if f is not first][:4]]),
     )
 
@@ -414,9 +419,23 @@ def _dead_nodes(facts: AttributionFacts) -> list[str]:
 
 
 def _node_of(f: LogFinding, facts: AttributionFacts) -> str:
+    """The finding's node from facts: its own, else its Slurm task's (the srun label), else its rank's; or ""."""
     if f.node:
         return f.node
+    if f.task is not None:
+        return facts.ranks.node_of_task(f.task) or ""
     return facts.rank_nodes.get(f.rank, "") if f.rank is not None else ""
+
+
+def _rank_of(f: LogFinding, facts: AttributionFacts) -> int | None:
+    """The finding's rank; an srun task id counts as one only when the facts do not say the launcher is per node."""
+    if f.rank_is_task and facts.ranks.launcher is Launcher.PER_NODE:
+        return None
+    return f.rank
+
+
+def _unknown(who: str, facts: AttributionFacts) -> str:
+    return f"{who or 'the failing rank'}: node unknown ({facts.ranks.unknown})"
 
 
 def _silent_nodes(facts: AttributionFacts) -> tuple[str, ...]:

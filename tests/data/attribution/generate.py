@@ -343,6 +343,7 @@ def meta(
     gpu_events: Sequence[dict[str, Any]] = (),
     nodes: dict[str, Any] | None = None,
     notes: str = "",
+    launcher: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "title": title,
@@ -351,6 +352,7 @@ def meta(
         "job_nodes": list(job.nodes),
         "task_count": task_count or job.tasks,
         "layout": job.layout,
+        **(launcher or {}),
         "logs": list(logs),
     }
     if window_start is not None:
@@ -918,6 +920,90 @@ def child_failed(t: datetime, node: str, rank: int, local: int, pid: int, exitco
     ]
 
 
+#: One torchrun per node under srun: 4 Slurm tasks, 16 ranks (the live facts: srun's layout of the 4 tasks).
+TORCHRUN_16 = {"launcher": "torchrun", "world_size": 16}
+
+
+def torchrun_one_file(job: Job, rng: random.Random, label: bool) -> list[str]:
+    """torchrun under ``srun --ntasks-per-node=1 [--label]`` writing only ``slurm-%j.out``: rank 2 (the first
+    node's third worker) hits an uncorrectable ECC error; everyone else loses a peer; each agent reports."""
+    files = torchrun_job(job, rng)
+    out: list[str] = [batch_start(job.at(-1.0), job)]
+    fail = job.at(8.0)
+    for i, node in enumerate(job.nodes):
+        task = f"{i}: " if label else ""
+        body = files[f"job-{job.id}-node-{node}.log"]
+        for lr in range(4):
+            r = 4 * i + lr
+            if r == 2:
+                body += cuda_traceback(ECC, prefix="[rank2]: ")
+            else:
+                body += [f"[rank{r}]: " + ln for ln in [*py_traceback(ALLREDUCE_FRAMES), *nccl_remote_error("n1", 1)]]
+        t = fail + timedelta(seconds=0.4 if i == 0 else 1.1 + 0.1 * i)
+        pid = 71000 + 100 * i
+        first = 2 if i == 0 else 0
+        body.append(
+            elastic(
+                t,
+                "ERROR",
+                f"failed (exitcode: 1) local_rank: {first} (pid: {pid + first}) of binary: /opt/conda/bin/python3.11",
+            )
+        )
+        out += [task + line for line in body]
+    out += [f"srun: error: {node}: task {i}: Exited with exit code 1" for i, node in enumerate(job.nodes)]
+    return out
+
+
+@scenario
+def torchrun_srun_label_one_file() -> Built:
+    rng = random.Random(41)
+    job = Job(4141, datetime(2026, 12, 4, 9, 0, 0, tzinfo=UTC))
+    return Built(
+        meta(
+            job,
+            "torchrun under srun --label, one slurm-%j.out: rank 2 (first node) has an uncorrectable ECC error",
+            truth(
+                ["n1"],
+                "hardware",
+                True,
+                "rank 2 is the first node's third worker; its line carries srun's label 0 (the first node's task) and "
+                "torchrun's [rank2]: prefix. The block layout over the 4 srun tasks put 'rank 2' on n3.",
+            ),
+            logs=["slurm-%j.out"],
+            task_count=4,
+            launcher=TORCHRUN_16,
+            notes="Issue 11: the label is the Slurm task (the node), the [rankN]: prefix the rank; srun's layout of "
+            "the 4 tasks places the label.",
+        ),
+        {f"slurm-{job.id}.out": torchrun_one_file(job, rng, label=True)},
+    )
+
+
+@scenario
+def torchrun_rank_prefix_one_file() -> Built:
+    rng = random.Random(42)
+    job = Job(4142, datetime(2026, 12, 4, 10, 0, 0, tzinfo=UTC))
+    return Built(
+        meta(
+            job,
+            "torchrun under srun without --label, one slurm-%j.out: rank 2 (first node) has an uncorrectable ECC "
+            "error; the node agents saw every rank's process",
+            truth(
+                ["n1"],
+                "hardware",
+                True,
+                "only torchrun's [rank2]: prefix names the rank; the node agents' view of the processes (RANK, "
+                "SLURMD_NODENAME) places it on n1. The block layout over the 4 srun tasks put it on n3.",
+            ),
+            logs=["slurm-%j.out"],
+            task_count=4,
+            launcher={**TORCHRUN_16, "rank_facts": "processes"},
+            notes="Issue 11: the healthy n3 was drained at confidence 0.8 before rank -> node came from facts.",
+        ),
+        {f"slurm-{job.id}.out": torchrun_one_file(job, rng, label=False)},
+    )
+
+
 @scenario
 def torchrun_cuda_ecc() -> Built:
     rng = random.Random(13)
@@ -972,6 +1058,7 @@ def torchrun_cuda_ecc() -> Built:
             ),
             logs=["job-%j-node-%N.log", "job-%j-batch.log"],
             task_count=4,
+            launcher=TORCHRUN_16,
             notes="Slurm sees 4 tasks (one torchrun per node); the 16 ranks are torchrun's, so the block layout "
             "over 4 tasks knows no rank above 3: the node comes from %N.",
         ),
@@ -1032,6 +1119,7 @@ def torchrun_segfault_agent_lines() -> Built:
             ),
             logs=["job-%j-node-%N.log", "job-%j-batch.log"],
             task_count=4,
+            launcher=TORCHRUN_16,
         ),
         files,
     )

@@ -7,6 +7,7 @@ from pydantic import ValidationError
 
 from deploy.local.config import LabConfig
 from deploy.local.slurm_config import render_gres_conf, render_slurm_conf
+from deploy.local.system import HOSTS_MARK, ensure_node_hosts
 
 
 def _conf(tmp_path: Path, **kw: object) -> dict[str, str]:
@@ -60,3 +61,11 @@ def test_one_node_one_gpu(tmp_path: Path) -> None:
 def test_overlapping_ports_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="overlap"):
         LabConfig(state_dir=tmp_path, temporal_port=17002)
+
+
+def test_node_names_are_made_resolvable_once(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n10.0.0.9 n2 # someone's own entry\n")
+    assert ensure_node_hosts(["n1", "n2", "n3"], hosts) == ["n1", "n3"]
+    assert ensure_node_hosts(["n1", "n2", "n3"], hosts) == []  # idempotent
+    assert hosts.read_text().splitlines()[-1] == f"127.0.0.1 n1 n3 {HOSTS_MARK}"

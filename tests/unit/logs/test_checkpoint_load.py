@@ -81,7 +81,7 @@ def test_attribution_blames_the_checkpoint_not_the_code_or_a_node() -> None:
         "srun: error: n1: task 0: Exited with exit code 1",
     ]
     findings = to_findings(scan(_lines(*log)))
-    facts = AttributionFacts.from_findings(["n1", "n2"], 2, findings)
+    facts = AttributionFacts.from_findings(["n1", "n2"], findings)
     verdict = attribute(facts)
     assert verdict.cause == Cause.CHECKPOINT_UNREADABLE
     assert verdict.failure_class is FailureClass.INFRASTRUCTURE  # not the user's bug
@@ -96,7 +96,7 @@ def test_a_gpu_error_still_comes_first() -> None:
     findings = to_findings(
         scan(_lines("RuntimeError: CUDA error: an illegal memory access was encountered", "EOFError: Ran out of input"))
     )
-    verdict = attribute(AttributionFacts.from_findings(["n1"], 1, findings))
+    verdict = attribute(AttributionFacts.from_findings(["n1"], findings))
     assert verdict.cause == Cause.CUDA_ERROR
 
 

@@ -474,3 +474,16 @@ def test_to_findings_drops_context_and_numbers_in_reading_order() -> None:
         (FindingKind.RANK_EXIT, 0, "n2", 5),
         (FindingKind.RANK_EXIT, 1, "n2", 6),
     ]
+
+
+def test_findings_keep_the_slurm_task_apart_from_the_rank(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-5.out"
+    log.write_text(
+        "1: [rank2]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "0: Traceback (most recent call last):\n"
+        "srun: error: n2: task 1: Exited with exit code 1\n"
+    )
+    lines, _ = LogTail([str(log)]).read_new({})
+    found = [(f.kind, f.rank, f.task, f.rank_is_task) for f in to_findings(scan(lines))]
+    assert (FindingKind.CUDA_ERROR, 2, 1, False) in found  # the torch prefix is the rank, the label the task
+    assert any(rank == 1 and task == 1 and is_task for _, rank, task, is_task in found)  # srun's task list

@@ -403,3 +403,31 @@ def test_public_api() -> None:
     assert sorted(tail.__all__) == list(tail.__all__)
     for name in tail.__all__:
         assert hasattr(tail, name), name
+
+
+@pytest.mark.parametrize(
+    ("text", "rank", "task", "rank_is_task"),
+    [
+        # torchrun under srun --label: the label is the Slurm task (the node's index), [rankN]: the global rank
+        ("1: [rank2]: RuntimeError: CUDA error: an illegal memory access was encountered", 2, 1, False),
+        ("0: [rank1]: step=5", 1, 0, False),
+        # srun per rank: the label is all there is, and it is the rank only when one task runs per rank
+        ("3: Traceback (most recent call last):", 3, 3, True),
+        ("2: rank=3 x", 2, 2, True),
+        # no label: no task
+        ("[rank5]: x", 5, None, False),
+        ("rank=4 x", 4, None, False),
+    ],
+)
+def test_the_srun_label_is_the_task_and_the_torch_prefix_the_rank(
+    tmp_path: Path, text: str, rank: int, task: int | None, rank_is_task: bool
+) -> None:
+    _append(tmp_path / "slurm-5.out", text + "\n")
+    (line,), _ = LogTail([str(tmp_path / "slurm-5.out")]).read_new({})
+    assert (line.rank, line.task, line.rank_is_task) == (rank, task, rank_is_task)
+
+
+def test_a_rank_from_the_file_name_is_no_task_rank(tmp_path: Path) -> None:
+    _append(tmp_path / "rank-1.log", "2: x\n")
+    (line,), _ = LogTail([str(tmp_path / "rank-*.log")]).read_new({})
+    assert (line.rank, line.task, line.rank_is_task) == (1, 2, False)

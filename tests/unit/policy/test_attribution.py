@@ -6,7 +6,10 @@ from workflows.domain.findings import FindingKind
 from workflows.domain.fleet import FleetPolicy
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.incident import FailureClass, LogFinding
+from workflows.domain.procs import NodeProcessesResult, RankProcess
+from workflows.domain.ranks import RankMap, StepLayout
 from workflows.policy.attribution import AttributionFacts, attribute, block_rank_layout, deciding_findings
+from workflows.policy.rank_map import build_rank_map, step_layout_map
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 NODES = ("n1", "n2")
@@ -144,7 +147,8 @@ def test_deciding_findings_are_the_evidence_of_the_rule_that_decided() -> None:
 def test_facts_from_findings_place_ranks_and_failed_nodes() -> None:
     lost = LogFinding(kind=FindingKind.NODE_FAILURE, node="n2", culprit=True)
     task = LogFinding(kind=FindingKind.RANK_EXIT, rank=0, node="n2", culprit=True, order=1)
-    built = AttributionFacts.from_findings(NODES, 4, [lost, task], ranks_logging={3, 1})
+    layout = step_layout_map(StepLayout(nodes=NODES, tasks_per_node=(2, 2)), tasks_are_ranks=True)
+    built = AttributionFacts.from_findings(NODES, [lost, task], ranks=layout, ranks_logging={3, 1})
     assert built.rank_nodes == {0: "n2", 1: "n1", 2: "n2", 3: "n2"}  # rank 0's own line names its node
     assert (list(built.node_failure_nodes), list(built.ranks_logging)) == (["n2"], [1, 3])
     assert attribute(built).cause == "node-failure"
@@ -190,3 +194,70 @@ def test_an_exception_before_the_signal_or_on_another_rank_stays_the_codes_bug()
     # A rank the host OOM killer took for the job's own excess is no fatal signal of the node's.
     oom = LogFinding(kind="killed", rank=1, order=0, culprit=True, failure_class=FailureClass.USER)
     assert attribute(facts(findings=[oom, _exception(1, 1)])).cause == "user-bug"
+
+
+# ----- rank -> node from facts (issue 11) -----------------------------------------------------------------------
+
+_CUDA_RANK2 = LogFinding(kind=FindingKind.CUDA_ERROR, rank=2, culprit=True, failure_class=FailureClass.HARDWARE)
+
+
+def _torchrun_map(nodes: tuple[str, ...], nproc: int) -> RankMap:
+    answers = [
+        NodeProcessesResult(
+            node=n,
+            observed_at=datetime(2026, 12, 2, tzinfo=UTC),
+            processes=tuple(
+                RankProcess(
+                    pid=100 + r,
+                    rank=r,
+                    job_id=1,
+                    node=n,
+                    state="S",
+                    rank_source="RANK",
+                    local_rank=r - i * nproc,
+                    local_world_size=nproc,
+                    task=i,
+                )
+                for r in range(i * nproc, (i + 1) * nproc)
+            ),
+        )
+        for i, n in enumerate(nodes)
+    ]
+    return build_rank_map(answers, job_nodes=nodes)
+
+
+def test_without_facts_a_rank_implicates_no_node_and_says_why() -> None:
+    a = attribute(AttributionFacts.from_findings(NODES, [_CUDA_RANK2]))
+    assert a.implicated_nodes == () and a.implicated_ranks == (2,)
+    assert "rank 2: node unknown (no process view, no step layout)" in a.explanation
+    assert a.confidence < 0.5
+
+
+def test_torchrun_rank_2_is_on_the_first_node_not_where_the_task_layout_puts_it() -> None:
+    nodes = ("n1", "n2", "n3", "n4")
+    ranks = _torchrun_map(nodes, 4)
+    a = attribute(AttributionFacts.from_findings(nodes, [_CUDA_RANK2], ranks=ranks))
+    assert a.implicated_nodes == ("n1",) and a.confidence == 0.8
+    # srun's task layout alone (one torchrun per node) places tasks, never torchrun's ranks
+    tasks_only = step_layout_map(StepLayout(nodes=nodes, tasks_per_node=(1, 1, 1, 1)), tasks_are_ranks=False)
+    b = attribute(AttributionFacts.from_findings(nodes, [_CUDA_RANK2], ranks=tasks_only))
+    assert b.implicated_nodes == () and "rank 2: node unknown (the ranks are a per-node launcher's" in b.explanation
+
+
+def test_an_srun_label_places_its_line_by_the_task_not_as_a_rank() -> None:
+    nodes = ("n1", "n2")
+    ranks = _torchrun_map(nodes, 2)
+    # "1: srun-labelled torchrun agent line": task 1 is n2's launcher; "rank 1" (on n1) must not be blamed
+    agent = LogFinding(kind=FindingKind.RANK_EXIT, rank=1, task=1, rank_is_task=True, culprit=True)
+    a = attribute(AttributionFacts.from_findings(nodes, [agent], ranks=ranks))
+    assert a.implicated_nodes == ("n2",)
+    assert a.implicated_ranks == () and a.explanation.startswith("Slurm task 1 failed first")
+
+
+def test_cyclic_srun_per_rank_uses_the_cyclic_layout() -> None:
+    nodes = ("n1", "n2", "n3", "n4")
+    cyclic = step_layout_map(
+        StepLayout(nodes=nodes, tasks_per_node=(4,) * 4, distribution="cyclic"), tasks_are_ranks=True
+    )
+    a = attribute(AttributionFacts.from_findings(nodes, [_CUDA_RANK2], ranks=cyclic))
+    assert a.implicated_nodes == ("n3",)  # block would say n1

@@ -22,6 +22,7 @@ import activities.procs.activities as procs_activities
 from activities.procs.activities import ProcsActivities
 from tests.unit.procs.fakeproc import CLK_TCK, PAGE_SIZE, FakeProc, slurm_env
 from workflows.domain.procs import NodeProcessesInput, StackDumpInput, StackDumpResult
+from workflows.domain.ranks import StepLayout
 from workflows.policy.stacks import odd_ranks
 
 JOB = 4242
@@ -134,6 +135,34 @@ async def test_rank_processes_activity(fake: FakeProc) -> None:
     result = await ActivityEnvironment().run(acts_for(fake).rank_processes, NodeProcessesInput(job_id=JOB))
     assert [(p.rank, p.pid, p.state) for p in result.processes] == [(0, 10, "S"), (1, 11, "D")]
     assert result.model_validate_json(result.model_dump_json()) == result
+
+
+async def test_rank_processes_report_the_slurm_task_and_srun_layout(fake: FakeProc) -> None:
+    layout = {"SLURM_STEP_NODELIST": "n[1-2]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_DISTRIBUTION": "cyclic"}
+    fake.add(10, env=slurm_env(JOB, 0, 0, SLURM_STEP_NUM_TASKS="4", **layout))
+    fake.add(11, env=slurm_env(JOB, 2, 1, SLURM_STEP_NUM_TASKS="4", **layout))
+    result = await ActivityEnvironment().run(acts_for(fake).rank_processes, NodeProcessesInput(job_id=JOB))
+    assert [(p.rank, p.task, p.world_size) for p in result.processes] == [(0, 0, 4), (2, 2, 4)]
+    assert result.step_layout == StepLayout(nodes=("n1", "n2"), tasks_per_node=(2, 2), distribution="cyclic")
+
+
+async def test_torchrun_workers_report_their_launcher_task_and_group(fake: FakeProc) -> None:
+    # torchrun under srun --ntasks-per-node=1 on the second node: the launcher (SLURM_PROCID=1) and two workers
+    fake.add(20, env=slurm_env(JOB, 1, 0), argv=("/usr/bin/python3", "-m", "torch.distributed.run"))
+    worker = {"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4", "GROUP_RANK": "1"}
+    fake.add(21, env=slurm_env(JOB, 1, 0, RANK="2", LOCAL_RANK="0", **worker), ppid=20)
+    fake.add(22, env=slurm_env(JOB, 1, 0, RANK="3", LOCAL_RANK="1", **worker), ppid=20)
+    result = await ActivityEnvironment().run(acts_for(fake).rank_processes, NodeProcessesInput(job_id=JOB))
+    got = [(p.rank, p.task, p.local_rank, p.local_world_size, p.world_size) for p in result.processes]
+    assert got == [(2, 1, 0, 2, 4), (3, 1, 1, 2, 4)]
+    assert result.step_layout is None  # the step's tasks are launchers, not ranks
+
+
+async def test_an_unreadable_layout_is_a_note_not_a_failure(fake: FakeProc) -> None:
+    fake.add(10, env=slurm_env(JOB, 0, SLURM_STEP_NODELIST="n[1-", SLURM_STEP_TASKS_PER_NODE="1"))
+    result = await ActivityEnvironment().run(acts_for(fake).rank_processes, NodeProcessesInput(job_id=JOB))
+    assert result.step_layout is None and any("layout unreadable" in n for n in result.notes)
+    assert [p.rank for p in result.processes] == [0]
 
 
 async def test_every_per_rank_failure_is_reported_not_raised(fake: FakeProc, spy: Spy) -> None:
