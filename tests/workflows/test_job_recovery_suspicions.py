@@ -99,6 +99,23 @@ async def test_the_jobs_exclusion_stands_across_its_restarts(h: Harness) -> None
     await handle.terminate()
 
 
+async def test_the_restart_keeps_the_owners_exclusion_and_drops_stale_ones(h: Harness) -> None:
+    job = h.sched.submit(h.nodes[:2])
+    # The owner submitted with --exclude=<4th node>: recorded when Rebound first sees the job.
+    h.sched.jobs[job.job_id] = h.sched.jobs[job.job_id].model_copy(update={"excluded_nodes": (h.nodes[3],)})
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    # Later, an exclusion Rebound does not stand by shows on the job (left by an earlier restart).
+    h.sched.jobs[job.job_id] = h.sched.jobs[job.job_id].model_copy(update={"excluded_nodes": (h.nodes[2], h.nodes[3])})
+    crash(h, job.job_id, 1, h.nodes[1])
+    await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
+    requests = [r for c in h.sched.calls if c.method == "restart_excluding" for r in c.args[:1]]
+    asked = [(r.exclude, r.user_excluded) for r in requests if isinstance(r, RestartRequest)]
+    assert asked == [((h.nodes[1],), (h.nodes[3],))]
+    assert set(h.sched.jobs[job.job_id].excluded_nodes) == {h.nodes[1], h.nodes[3]}
+    await handle.terminate()
+
+
 async def test_an_exclusion_that_leaves_the_job_unplaceable_is_not_made(h: Harness) -> None:
     job = h.sched.submit(h.nodes)  # every node of the cluster
     handle = await h.start(job.job_id)

@@ -155,7 +155,11 @@ class IsolationRequest(Frozen):
     node_count: int = Field(0, ge=0)
     """Nodes the job needs (0: unknown): an exclusion that would leave too few in its partition is not made."""
     excluded_before: tuple[str, ...] = ()
-    """Nodes the job already keeps out of its placement (its standing exclusion and Slurm's ``ExcNodeList``)."""
+    """Rebound's standing exclusion of the job (its suspects from earlier incidents; before the owner's exclusion
+    was recorded apart, Slurm's whole ``ExcNodeList`` too)."""
+    owner_excluded: tuple[str, ...] = ()
+    """Nodes the job's owner excludes (``--exclude``): out of its placement, never part of Rebound's standing
+    exclusion or its bound."""
 
 
 class ApprovalKind(StrEnum):

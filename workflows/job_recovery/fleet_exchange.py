@@ -29,6 +29,9 @@ class Placement(NamedTuple):
 
     node_count: int
     excluded: tuple[str, ...]
+    """Rebound's standing exclusion of the job."""
+    owner_excluded: tuple[str, ...] = ()
+    """The job owner's own exclusion."""
 
 
 def isolation_request(
@@ -55,6 +58,7 @@ def isolation_request(
             "evidence": describe_evidence(attribution.basis),
             "node_count": placement.node_count,
             "excluded_before": placement.excluded,
+            "owner_excluded": placement.owner_excluded,
         }
     return IsolationRequest(
         request_id=isolation_request_id(workflow_id, incident.number),

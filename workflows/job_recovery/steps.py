@@ -154,9 +154,15 @@ async def isolate(rec: Recorder, number: int, job: SlurmJob, attribution: Attrib
     placement = None
     if ladder:
         needs = job.node_count or len(job.nodes or rec.status.nodes)
-        placement = fleet_exchange.Placement(
-            needs, tuple(dict.fromkeys((*rec.state.excluded_nodes, *job.excluded_nodes)))
-        )
+        # After the restart the job excludes its owner's nodes and its standing ones (stale ones are dropped);
+        # without a recorded owner's exclusion, everything it excludes now stays, counted as standing.
+        own = rec.state.user_excluded_nodes
+        if own is None:
+            placement = fleet_exchange.Placement(
+                needs, tuple(dict.fromkeys((*rec.state.excluded_nodes, *job.excluded_nodes)))
+            )
+        else:
+            placement = fleet_exchange.Placement(needs, rec.state.excluded_nodes, own)
     req = fleet_exchange.isolation_request(
         workflow_id=workflow.info().workflow_id,
         job_id=rec.inp.job_id,
@@ -247,6 +253,7 @@ async def _requeue(rec: Recorder, number: int, job: SlurmJob, exclude: tuple[str
         expected_restarts=expected,
         previous_nodes=job.nodes or rec.status.nodes,
         key=key,
+        user_excluded=rec.state.user_excluded_nodes,
     )
     verified = decided.model_copy(
         update={

@@ -50,6 +50,7 @@ def suspicion(
     rung: ActionRung = ActionRung.EXCLUDE,
     node_count: int = 2,
     excluded_before: tuple[str, ...] = (),
+    owner_excluded: tuple[str, ...] = (),
     confidence: float = 0.6,
 ) -> IsolationRequest:
     return IsolationRequest(
@@ -66,6 +67,7 @@ def suspicion(
         evidence=EVIDENCE if rung is ActionRung.EXCLUDE else "",
         node_count=node_count,
         excluded_before=excluded_before,
+        owner_excluded=owner_excluded,
     )
 
 
@@ -143,6 +145,13 @@ def test_the_jobs_earlier_exclusions_count_against_its_placement() -> None:
     assert verdict.exclude == ()
     _, verdict = handle(ACT, suspicion("n2", node_count=2, excluded_before=("n4",)), cluster(4))
     assert verdict.exclude == ("n2",) and verdict.job_exclusion == ("n4", "n2")
+
+
+def test_the_owners_exclusion_counts_against_placement_but_not_in_the_standing_one() -> None:
+    _, verdict = handle(ACT, suspicion("n2", node_count=3, owner_excluded=("n4",)), cluster(4))
+    assert verdict.exclude == ()
+    _, verdict = handle(ACT, suspicion("n2", node_count=2, owner_excluded=("n4",)), cluster(4))
+    assert verdict.exclude == ("n2",) and verdict.job_exclusion == ("n2",)
 
 
 def test_observe_mode_records_the_suspicion_and_acts_on_nothing() -> None:

@@ -83,7 +83,7 @@ def fit_exclusion(
         return [], []
     if req.node_count <= 0:
         return list(suspects), []
-    out = set(unavailable) | set(req.excluded_before)
+    out = set(unavailable) | set(req.excluded_before) | set(req.owner_excluded)
     pool = [n.name for n in _partition_nodes(view, req.partition) if _placeable(n) and n.name not in out]
     left = [n for n in pool if n not in set(suspects)]
     if len(left) >= req.node_count:
