@@ -13,6 +13,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from workflows.domain.base import Frozen
+from workflows.domain.gpu import GpuAction, GpuEvent
 from workflows.domain.incident import ActionRung
 
 
@@ -134,7 +135,8 @@ class IsolationRequest(Frozen):
     request_id: str
     """``<JobRecovery workflow id>/incident-<n>``: a repeated request gets the same decision."""
     reply_to: str
-    """The JobRecovery workflow id that waits for the decision (signal ``isolation_decided``)."""
+    """The JobRecovery workflow id that waits for the decision (signal ``isolation_decided``); empty when nobody
+    waits (the Fleet's own escalation of a suspicion, ``NodeGpuFault``)."""
     job_id: int
     partition: str = ""
     incident: str
@@ -144,6 +146,8 @@ class IsolationRequest(Frozen):
     nodes: tuple[str, ...] = ()
     restart_number: int = Field(1, ge=1)
     """The restart this incident would be for the job (1 = its first)."""
+    restart: bool = True
+    """False for a drain request that restarts nothing (a late hardware fault on a suspected node)."""
     requested_at: datetime
     rung: ActionRung = ActionRung.DRAIN
     """What the evidence allows (``workflows.policy.action_ladder``): ``drain`` asks to drain the nodes (a request
@@ -160,6 +164,17 @@ class IsolationRequest(Frozen):
     owner_excluded: tuple[str, ...] = ()
     """Nodes the job's owner excludes (``--exclude``): out of its placement, never part of Rebound's standing
     exclusion or its bound."""
+
+
+class NodeGpuFault(Frozen):
+    """A node agent to the Fleet: a GPU fault on its node that the XID catalogue reads as the node's (``action``
+    ``reset_gpu`` or ``drain_node``). A node that holds a suspicion then gets a drain request naming both."""
+
+    node: str
+    event: GpuEvent
+    action: GpuAction
+    finding: str
+    """What the fault means, in the catalogue's words (``XID 79 (GPU has fallen off the bus): ...``)."""
 
 
 class ApprovalKind(StrEnum):
