@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from activities.slurm.errors import bad_response, raise_for_api_errors
+from activities.slurm.gres import gpu_count, names_gpus
 from activities.slurm.hostlist import HostlistError, expand
 from workflows.domain.errors import ReboundError
 from workflows.domain.slurm import JobState, NodeBaseState, SlurmJob, SlurmNode
@@ -159,6 +160,8 @@ def parse_job(item: object, *, source: str = "squeue --json") -> SlurmJob:
         start_time=None if state is JobState.PENDING else epoch_to_datetime(f.number("start_time")),
         end_time=epoch_to_datetime(f.number("end_time")) if ended else None,
         tres_per_node=f.text("tres_per_node"),
+        gpus_per_node=_job_gpus_per_node(f),
+        cpus_per_node=_job_cpus_per_node(f),
         array_job_id=array_job_id,
         array_task_id=array_task_id,
         het_job_id=het_job_id,
@@ -191,7 +194,27 @@ def parse_node(item: object, *, source: str = "sinfo --json") -> SlurmNode:
         gres_used=f.text("gres_used"),
         cpus=f.number("cpus") or 0,
         alloc_cpus=f.number("alloc_cpus") or 0,
+        gpus=None if f.raw("gres") is None else gpu_count(f.text("gres")),
     )
+
+
+def _job_gpus_per_node(f: _Fields) -> int | None:
+    """GPUs per node from ``tres_per_node``; 0 when no TRES field asks for GPUs; None when GPUs are asked per job
+    or per task (``--gpus``, ``--gpus-per-task``: the per-node share depends on the layout) or nothing was said."""
+    per_node = f.text("tres_per_node")
+    if names_gpus(per_node):
+        return gpu_count(per_node)
+    if f.raw("tres_per_node") is None or names_gpus(f.text("tres_per_job")) or names_gpus(f.text("tres_per_task")):
+        return None
+    return 0
+
+
+def _job_cpus_per_node(f: _Fields) -> int:
+    """CPUs per node (``minimum_cpus_per_node``: tasks per node x CPUs per task, or ``--mincpus``); 0 when unknown
+    or when CPUs follow the GPUs (``--cpus-per-gpu``), which this count does not include."""
+    if f.text("cpus_per_tres"):
+        return 0
+    return f.number("minimum_cpus_per_node") or 0
 
 
 def job_state(value: object) -> JobState:

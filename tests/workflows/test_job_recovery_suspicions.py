@@ -123,6 +123,22 @@ async def test_the_restart_keeps_the_owners_exclusion_and_drops_stale_ones(h: Ha
     await handle.terminate()
 
 
+async def test_the_placement_check_uses_the_nodes_gpus_and_cpus(h: Harness) -> None:
+    for name, gpus in zip(h.nodes, (4, 4, 2, 2), strict=True):  # the last two cannot hold a 4-GPU node of the job
+        h.sched.nodes[name] = h.sched.nodes[name].model_copy(update={"gpus": gpus, "cpus": 32})
+    job = h.sched.submit(h.nodes[:2])
+    h.sched.jobs[job.job_id] = h.sched.jobs[job.job_id].model_copy(update={"gpus_per_node": 4, "cpus_per_node": 8})
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    crash(h, job.job_id, 1, h.nodes[1])
+    st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
+    assert restarts(h, job.job_id) == [()]  # a rough count (3 placeable nodes left) would have excluded it
+    notes = fleet_notes(st, 1)
+    assert f"{h.nodes[1]}: not excluded: the job needs 2 nodes with 4 GPUs, 8 CPUs" in notes
+    assert "placement checked per node: 4 GPUs, 8 CPUs each" in notes
+    await asyncio.wait_for(handle.terminate(), 10)
+
+
 async def test_an_exclusion_that_leaves_the_job_unplaceable_is_not_made(h: Harness) -> None:
     job = h.sched.submit(h.nodes)  # every node of the cluster
     handle = await h.start(job.job_id)
@@ -133,6 +149,7 @@ async def test_an_exclusion_that_leaves_the_job_unplaceable_is_not_made(h: Harne
     assert drains(st, 1) == [] and not h.sched.nodes[h.nodes[1]].is_drained
     notes = fleet_notes(st, 1)
     assert f"{h.nodes[1]}: not excluded: the job needs 4 nodes" in notes and "restarted without this exclusion" in notes
+    assert "placement check was rough" in notes  # the fake's nodes and job say nothing of GPUs or CPUs
     assert not [e for e in st.timeline if e.event == "EXCLUDED"]
     await asyncio.wait_for(handle.terminate(), 10)
 

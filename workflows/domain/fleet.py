@@ -161,6 +161,10 @@ class IsolationRequest(Frozen):
     excluded_before: tuple[str, ...] = ()
     """Rebound's standing exclusion of the job (its suspects from earlier incidents; before the owner's exclusion
     was recorded apart, Slurm's whole ``ExcNodeList`` too)."""
+    gpus_per_node: int | None = None
+    """GPUs the job needs on each node (0: none; None: unknown): a node with fewer cannot take the job."""
+    cpus_per_node: int = Field(0, ge=0)
+    """CPUs the job needs on each node (0: unknown)."""
     owner_excluded: tuple[str, ...] = ()
     """Nodes the job's owner excludes (``--exclude``): out of its placement, never part of Rebound's standing
     exclusion or its bound."""

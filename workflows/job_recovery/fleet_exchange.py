@@ -32,6 +32,10 @@ class Placement(NamedTuple):
     """Rebound's standing exclusion of the job."""
     owner_excluded: tuple[str, ...] = ()
     """The job owner's own exclusion."""
+    gpus_per_node: int | None = None
+    """GPUs the job needs on each node (None: unknown)."""
+    cpus_per_node: int = 0
+    """CPUs the job needs on each node (0: unknown)."""
 
 
 def isolation_request(
@@ -59,6 +63,8 @@ def isolation_request(
             "node_count": placement.node_count,
             "excluded_before": placement.excluded,
             "owner_excluded": placement.owner_excluded,
+            "gpus_per_node": placement.gpus_per_node,
+            "cpus_per_node": placement.cpus_per_node,
         }
     return IsolationRequest(
         request_id=isolation_request_id(workflow_id, incident.number),

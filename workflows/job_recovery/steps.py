@@ -157,12 +157,10 @@ async def isolate(rec: Recorder, number: int, job: SlurmJob, attribution: Attrib
         # After the restart the job excludes its owner's nodes and its standing ones (stale ones are dropped);
         # without a recorded owner's exclusion, everything it excludes now stays, counted as standing.
         own = rec.state.user_excluded_nodes
+        standing = rec.state.excluded_nodes
         if own is None:
-            placement = fleet_exchange.Placement(
-                needs, tuple(dict.fromkeys((*rec.state.excluded_nodes, *job.excluded_nodes)))
-            )
-        else:
-            placement = fleet_exchange.Placement(needs, rec.state.excluded_nodes, own)
+            standing, own = tuple(dict.fromkeys((*standing, *job.excluded_nodes))), ()
+        placement = fleet_exchange.Placement(needs, standing, own, job.gpus_per_node, job.cpus_per_node)
     req = fleet_exchange.isolation_request(
         workflow_id=workflow.info().workflow_id,
         job_id=rec.inp.job_id,
