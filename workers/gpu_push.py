@@ -13,13 +13,15 @@ import contextlib
 import logging
 from datetime import UTC, datetime, timedelta
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.gpu.port import GpuSource
 from activities.gpu.xid_catalog import default_xid_catalog
 from activities.slurm.port import SchedulerReads
-from activities.temporal.rebound_workflows import report_gpu_fault, report_node_gpu_fault
+from activities.slurm.submission import token_in
+from activities.temporal.rebound_workflows import lineage_workflow_id, report_gpu_fault, report_node_gpu_fault
+from workflows.constants import GPU_FAULT_REPORTED_SIGNAL
 from workflows.domain.errors import ReboundError
 from workflows.domain.fleet import NodeGpuFault
 from workflows.domain.gpu import GpuEvent, GpuEventKind, XidCatalog
@@ -83,6 +85,19 @@ def node_level_fault(event: GpuEvent, node: str, catalog: XidCatalog) -> NodeGpu
     return NodeGpuFault(node=node, event=event, action=worst.action, finding=worst.reason)
 
 
+async def _push_to_lineage(event: GpuEvent, job: SlurmJob, client: Client, cluster: str) -> None:
+    token = token_in(job.comment)
+    if token is None:
+        return  # the job is not monitored by Rebound; nothing to tell
+    try:
+        owner = await lineage_workflow_id(client, cluster, job.job_id, token, timeout_s=10.0)
+        if owner is not None:
+            await client.get_workflow_handle(owner).signal(GPU_FAULT_REPORTED_SIGNAL, event)
+            log.warning("reported %s to job %s through its lineage %s", event.kind.value, job.job_id, owner)
+    except (RPCError, TimeoutError, WorkflowQueryFailedError) as e:
+        log.warning("signal to the lineage of job %s failed: %s", job.job_id, e)
+
+
 async def _push(event: GpuEvent, scheduler: SchedulerReads, client: Client, cluster: str, node: str) -> None:
     try:
         fault = node_level_fault(event, node, default_xid_catalog())
@@ -107,4 +122,5 @@ async def _push(event: GpuEvent, scheduler: SchedulerReads, client: Client, clus
         except RPCError as e:
             if e.status is not RPCStatusCode.NOT_FOUND:
                 log.warning("signal to job %s failed: %s", job.job_id, e)
-            # NOT_FOUND: the job is not monitored by Rebound; nothing to tell.
+            else:  # not monitored under its own id: perhaps a resubmission its lineage's JobRecovery follows
+                await _push_to_lineage(event, job, client, cluster)

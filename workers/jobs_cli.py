@@ -32,17 +32,33 @@ async def query_status(client: Client, settings: Settings, job_id: int) -> JobRe
     """The workflow's ``status`` query, with a client-side timeout (a query with no live worker hangs)."""
     wf_id = job_workflow_id(settings.cluster_name, job_id)
     try:
-        return await query_job_status(client, wf_id, timeout_s=settings.temporal.query_timeout_s)
-    except RPCError as e:
-        if e.status is RPCStatusCode.NOT_FOUND:
-            raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {job_id} is not monitored by Rebound") from e
-        raise
+        try:
+            return await query_job_status(client, wf_id, timeout_s=settings.temporal.query_timeout_s)
+        except RPCError as e:
+            if e.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            # A resubmitted job is followed by its lineage's workflow, whose ReboundJobId names the current job.
+            followed_by = await _lineage_of(client, settings, job_id)
+            if followed_by is None:
+                raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {job_id} is not monitored by Rebound") from e
+            return await query_job_status(client, followed_by, timeout_s=settings.temporal.query_timeout_s)
     except TimeoutError as e:
         raise ReboundError(
             FailureKind.TEMPORAL_UNREACHABLE,
             f"no answer from job {job_id}'s workflow within {settings.temporal.query_timeout_s:.0f} s: "
             "is a Rebound worker running?",
         ) from e
+
+
+async def _lineage_of(client: Client, settings: Settings, job_id: int) -> str | None:
+    """The running JobRecovery whose current job is ``job_id`` (a resubmission, ADR 014), by its search attribute."""
+    query = (
+        f'WorkflowType = "{JOB_RECOVERY_WORKFLOW}" AND ReboundCluster = "{settings.cluster_name}" '
+        f'AND ReboundJobId = "{job_id}" AND ExecutionStatus = "Running"'
+    )
+    async for wf in client.list_workflows(query):
+        return wf.id
+    return None
 
 
 async def status(settings: Settings, job_id: int | None, *, as_json: bool) -> int:
@@ -54,6 +70,8 @@ async def status(settings: Settings, job_id: int | None, *, as_json: bool) -> in
             print_json(st.model_dump(mode="json"))
         else:
             print(f"job {st.job_id} ({st.job_name or 'unnamed'}): {st.state.value}")
+            if st.lineage:
+                print(f"  resubmitted: {' -> '.join(map(str, st.lineage))}")
             print(
                 f"  slurm: {st.job_state.value if st.job_state else '?'} on {','.join(st.nodes) or '-'}, "
                 f"restarts {st.restart_count}"

@@ -14,6 +14,7 @@ from activities.logs.job_logs import LogPolicy
 from activities.logs.watch import WatchActivities
 from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.activities import SlurmActivities
+from activities.slurm.resubmission import SubmissionActivities
 from activities.webhooks.notify import NotifyActivities
 from workers.audit_schedule import build_audit_activities, start_audit_schedule
 from workers.client import connect
@@ -64,6 +65,7 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
     watch = WatchActivities(snapshots, logs)
     attribution = AttributionActivities(scheduler, logs)
     actions = SlurmActionActivities(scheduler)
+    submissions = SubmissionActivities(scheduler, settings.state_dir)
     notify = NotifyActivities(
         settings.notify.webhook_url,
         timeout_s=settings.notify.timeout_s,
@@ -77,11 +79,14 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
         workflows=WORKFLOWS,
         activities=[
             slurm.observe_job,
+            watch.anchor,
             watch.watch,
             watch.wait_resume,
             attribution.attribute_failure,
             actions.drain_node,
             actions.requeue_job,
+            submissions.capture_submission,
+            submissions.resubmit_job,
             notify.notify_webhook,
             checkpoint_scan,
             checkpoint_quarantine,

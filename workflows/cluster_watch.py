@@ -3,9 +3,10 @@ starts their JobRecovery workflows.
 
 Each round waits in one heartbeating discovery activity until opted-in active jobs appear that are not known
 yet, or known ones end (or the activity's max wait runs out), then starts a JobRecovery per new job through an
-activity (business-key id, ``USE_EXISTING``: a second start is a no-op). The known job ids live in workflow
-state and travel across continue-as-new. Failures are recorded for the ``status`` query and retried on the next
-round; the watch itself never ends on its own.
+activity (business-key id, ``USE_EXISTING``: a second start is a no-op). A job Rebound itself resubmitted is not
+started again: the start activity finds it in its lineage's JobRecovery (ADR 014), and it is only marked known.
+The known job ids live in workflow state and travel across continue-as-new. Failures are recorded for the
+``status`` query and retried on the next round; the watch itself never ends on its own.
 """
 
 from __future__ import annotations
@@ -104,7 +105,9 @@ class ClusterWatchWorkflow:
         try:
             await workflow.execute_activity_method(
                 DiscoveryActivities.start_job_recovery,
-                StartJobRecoveryInput(cluster=cluster, job_id=job.job_id, spec=job.spec),
+                StartJobRecoveryInput(
+                    cluster=cluster, job_id=job.job_id, spec=job.spec, resubmit_token=job.resubmit_token
+                ),
                 summary=f"Start JobRecovery for job {job.job_id} ({job.name or 'unnamed'}, {job.user or '?'})",
                 **TEMPORAL_START,
             )

@@ -24,6 +24,9 @@ SCHEDULER_READ: dict[str, Any] = {
     ),
 }
 
+#: Anchoring a job's log offsets: a glob and a stat per file, once per workflow; retried a few times.
+LOG_ANCHOR: dict[str, Any] = {**SCHEDULER_READ, "start_to_close_timeout": timedelta(seconds=60)}
+
 #: A long-running watch: heartbeats every poll, resumes from its heartbeat after a worker crash.
 SCHEDULER_WATCH: dict[str, Any] = {
     "start_to_close_timeout": timedelta(days=30),

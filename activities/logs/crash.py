@@ -21,7 +21,11 @@ What a finding carries is the row's named groups, else what the line says around
   prefix or a ``node=`` token, unless the row says the line's node is not the one to blame;
 * ``exit_code``, ``signal`` (a number or a name such as ``Segmentation fault``), ``xid``, ``gpu``, ``peer_rank``;
 * ``exception`` and ``message``; otherwise a leading ``SomeError:`` of the body and the rest of it;
-* ``at`` (a timestamp inside the text, e.g. Slurm's ``CANCELLED AT ...``), used when the line has none.
+* ``at`` (a timestamp inside the text, e.g. Slurm's ``CANCELLED AT ...``), used when the line has none;
+* ``checkpoint`` (a ``checkpoint_load`` finding: the checkpoint the job could not read): the path the failing line
+  names, else the one the latest load line of the same (file, rank), or of the same file without a rank, named
+  (Lightning's "Restoring states from the checkpoint path at ...", Megatron's "loading checkpoint from ...":
+  ``activities.logs.progress``), since torch's own errors name no file.
 
 Roles: a ``CULPRIT`` finding says this rank or node failed by itself; a ``VICTIM`` one that it failed because a
 peer did (a gloo/NCCL peer error, srun terminating the survivors); ``INFO`` is context, not a crash. ``kind`` is the
@@ -37,9 +41,11 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from activities.logs.line import LogLine
+from activities.logs.progress import parse_checkpoint
 from activities.logs.signature_fields import Fields, extract
 from activities.logs.signature_types import Category, Prepared, Role, Signature, SignatureMatch
 from activities.logs.signatures import SIGNATURES, match, prepare
+from activities.logs.terminal import strip_terminal_codes
 from workflows.domain.base import Frozen
 from workflows.domain.findings import FindingKind
 from workflows.domain.incident import Evidence, EvidenceSource, FailureClass, LogFinding
@@ -62,6 +68,8 @@ _MAX_STREAMS = 4096
 
 _FILE_LINE = re.compile(r'^\s+File "')
 _IGNORED = re.compile(r"^Exception ignored (?:in|on calling)\b")
+# The words of every load line ``parse_checkpoint`` names a checkpoint in: a cheap test before it runs.
+_LOAD_HINT = re.compile(r"checkpoint|Resuming training from|Loading model from", re.IGNORECASE)
 _TRACEBACK_LINE = re.compile(r"^(?:\s|Traceback \(most recent call last\)|During handling|The above exception)")
 
 CrashRule = Signature
@@ -98,6 +106,8 @@ class CrashFinding(Frozen):
     gpu: str | None = None
     """A GPU index or PCI id the line names."""
     peer_rank: int | None = None
+    checkpoint: str | None = None
+    """The checkpoint a ``checkpoint_load`` finding could not read, when the log names it (module docstring)."""
 
 
 class LineRead(NamedTuple):
@@ -108,16 +118,20 @@ class LineRead(NamedTuple):
     """None for an ordinary line, and for a line the multi-line context says is not a message."""
     fields: Fields | None
     """What the matched line implicates (``signatures.extract``); None without a match."""
+    checkpoint: str | None = None
+    """For a checkpoint load failure, the checkpoint it names or the latest one its stream said it loads."""
 
 
 class _Stream:
     """What one (file, rank) is in the middle of: a traceback's source line, an ignored exception."""
 
-    __slots__ = ("after_file_line", "ignoring")
+    __slots__ = ("after_file_line", "checkpoint", "ignoring")
 
     def __init__(self) -> None:
         self.after_file_line = False
         self.ignoring = False
+        self.checkpoint: str | None = None
+        """The checkpoint the stream's latest load line named."""
 
 
 class LineReader:
@@ -153,8 +167,16 @@ class LineReader:
             if not _TRACEBACK_LINE.match(body):
                 stream.ignoring = False
         if hit is None:
+            if _LOAD_HINT.search(body):
+                loaded = parse_checkpoint(LogLine(path=path, rank=None, text=body, offset=0))
+                if loaded is not None and loaded.loaded:
+                    stream.checkpoint = loaded.loaded
             return LineRead(prep, None, None)
-        return LineRead(prep, hit, extract(hit, prep, rank=rank, host=host))
+        fields = extract(hit, prep, rank=rank, host=host)
+        if hit.signature.kind is not FindingKind.CHECKPOINT_LOAD:
+            return LineRead(prep, hit, fields)
+        named = hit.groups.get("checkpoint") or hit.groups.get("checkpoint_file")
+        return LineRead(prep, hit, fields, (named.rstrip(".:)]") if named else None) or self._loaded(path, stream))
 
     def classify(self, line: LogLine) -> list[CrashFinding]:
         """What ``line`` (the next line of its file) says crashed; see ``classify``."""
@@ -163,6 +185,12 @@ class LineReader:
     def scan(self, lines: Iterable[LogLine]) -> list[CrashFinding]:
         """``classify`` every line, in order."""
         return [finding for line in lines for finding in self.classify(line)]
+
+    def _loaded(self, path: str, stream: _Stream) -> str | None:
+        """The checkpoint ``stream`` last said it loads, else what a rank-less line of the same file said (a trainer
+        that logs its load on rank 0 only, without a rank prefix, speaks for every rank)."""
+        shared = self._streams.get((path, None))
+        return stream.checkpoint or (shared.checkpoint if shared is not None else None)
 
     def _stream(self, path: str, rank: int | None) -> _Stream:
         key = (path, rank)
@@ -187,7 +215,7 @@ def crash_findings(line: LogLine, read: LineRead) -> list[CrashFinding]:
         failure_class=failure_class,
         role=hit.role,
         culprit=hit.role is Role.CULPRIT,
-        text=_clip(line.text.strip()),
+        text=_clip(strip_terminal_codes(line.text).strip()),  # evidence shows the line, not its colours
         path=line.path,
         offset=line.offset,
         rank=f.rank,
@@ -202,6 +230,7 @@ def crash_findings(line: LogLine, read: LineRead) -> list[CrashFinding]:
         restartable=hit.restartable,
         gpu=f.gpu,
         peer_rank=f.peer_rank,
+        checkpoint=read.checkpoint,
     )
     if f.ranks is None:
         return [base]
@@ -243,6 +272,7 @@ def to_findings(found: Sequence[CrashFinding], start_order: int = 0) -> list[Log
             text=f.text,
             culprit=f.culprit,
             failure_class=f.failure_class,
+            checkpoint=f.checkpoint or "",
         )
         for i, f in enumerate(f for f in found if f.role is not Role.INFO)
     ]

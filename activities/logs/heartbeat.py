@@ -33,7 +33,9 @@ def heartbeat_times(
         job: The job as the scheduler lists it (array ids, name, user); None fills in ``%j`` only.
     """
     times: dict[int, datetime] = {}
-    for path, (rank, _node) in LogTail(expand_patterns(patterns, job_id, job), access=access).identities().items():
+    for path, (rank, _node, _local) in (
+        LogTail(expand_patterns(patterns, job_id, job), access=access).identities().items()
+    ):
         if rank is None:
             continue
         try:

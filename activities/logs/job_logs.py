@@ -57,7 +57,8 @@ class LogPolicy:
         job's ``start_time``, or, for a job not running yet (or unknown), now: whatever exists is older.
         """
         start = job.start_time if job is not None and job.start_time is not None else None
-        return LogTail(patterns, access=self.access(job), attempt_start=start or datetime.now(UTC))
+        hosts = job.nodes if job is not None else ()
+        return LogTail(patterns, access=self.access(job), attempt_start=start or datetime.now(UTC), hosts=hosts)
 
     def report(self, job_id: int, tail: LogTail) -> None:
         """Log refused patterns and files once per job and change: an operator must see why evidence is missing."""

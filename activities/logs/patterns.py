@@ -19,6 +19,16 @@ Rank of a file, first rule that gives one (the line's own prefixes come after: `
 2. without ``%t``: ``rank-N``, ``rank_N``, ``rank.N`` or ``rankN`` in the file's base name (not ``local_rank``).
 
 A bare ``-N.out`` suffix is deliberately not a rank: ``slurm-1234.out`` ends in the job id.
+
+torchrun's per-worker files (``--log-dir`` with ``--redirects`` or ``--tee``; ``torch.distributed.elastic``'s
+``DefaultLogsSpecs``, torch 2.x) are ``<log_dir>/<rdzv_run_id>_<random>/attempt_<restart count>/<local
+rank>/{stdout,stderr}.log``. The number there is the worker's *local* rank, the same on every node, never the
+job's rank, whatever the pattern calls it (``%t``, ``rank-N``): such a file gives no rank (its lines' own
+``[rankN]:`` prefixes do, ``activities.logs.line``), its local rank (``FileIdentity.local_rank``) and its node:
+``%N``, else a directory named after one of the job's nodes (``--log-dir logs/$SLURMD_NODENAME``). Placing a
+(node, local rank) as a job rank needs the job's process view, not a file name. Of one run directory only the
+newest ``attempt_<n>`` counts (torchrun's own restarts number them; ``superseded``), and its
+``filtered_{stdout,stderr}.log`` (copies of some ranks' output) is not read when the per-rank files are.
 """
 
 from __future__ import annotations
@@ -27,18 +37,23 @@ import contextlib
 import glob
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from typing import NamedTuple
 
 from activities.logs.line import MAX_RANK_DIGITS
 from workflows.domain.slurm import SlurmJob
 
-__all__ = ["LogPattern", "expand_patterns"]
+__all__ = ["FileIdentity", "LogPattern", "expand_patterns", "superseded", "torchrun_local_rank"]
 
 # srun: "if a value greater than 10 is used the result is padding up to 10 characters".
 _MAX_PAD = 10
 _JOB_ID = re.compile(r"[0-9A-Za-z_]+")
 
 _PLACEHOLDER = re.compile(r"%%|%(\d*)([A-Za-z])")
+# torchrun's layout (module docstring): the run directory, the attempt and the local rank of a worker's file.
+_TORCHRUN_FILE = re.compile(
+    r"^(?P<run>.*)/attempt_(?P<attempt>\d{1,9})/(?:(?P<local>\d{1,9})/|filtered_)std(?:out|err)\.log$"
+)
 _NAME_RANK = re.compile(r"(?<![a-z])(?<!local_)(?<!local-)rank[-_.]?(\d+)(?!\d)", re.IGNORECASE)
 
 
@@ -79,6 +94,43 @@ def expand_patterns(patterns: Iterable[str], job_id: int | str, job: SlurmJob | 
         return names.get(code, m.group(0))
 
     return [_PLACEHOLDER.sub(substitute, p) for p in patterns]
+
+
+class FileIdentity(NamedTuple):
+    """What a log file's path says about whose lines it holds (module docstring); any of it may be None."""
+
+    rank: int | None
+    node: str | None
+    local_rank: int | None = None
+    """The worker's local rank on its node (torchrun's per-worker files); ``rank`` is None then."""
+
+
+def torchrun_local_rank(path: str) -> int | None:
+    """The local rank of a torchrun per-worker file (``.../attempt_0/3/stderr.log``: 3), else None."""
+    m = _TORCHRUN_FILE.match(path)
+    return int(m.group("local")) if m and m.group("local") is not None else None
+
+
+def superseded(paths: Iterable[str]) -> set[str]:
+    """The torchrun files among ``paths`` that do not count (module docstring): those of an attempt older than
+    the newest of their run directory, and an attempt's ``filtered_*.log`` copies when its per-rank files match."""
+    runs: list[tuple[str, str, int, bool]] = []
+    newest: dict[str, int] = {}
+    per_rank: set[tuple[str, int]] = set()
+    for path in paths:
+        m = _TORCHRUN_FILE.match(path)
+        if m is None:
+            continue
+        run, attempt, is_rank = m.group("run"), int(m.group("attempt")), m.group("local") is not None
+        runs.append((path, run, attempt, is_rank))
+        newest[run] = max(newest.get(run, attempt), attempt)
+        if is_rank:
+            per_rank.add((run, attempt))
+    return {
+        path
+        for path, run, attempt, is_rank in runs
+        if attempt < newest[run] or (not is_rank and (run, attempt) in per_rank)
+    }
 
 
 def _fits(value: str) -> bool:
@@ -133,16 +185,24 @@ class LogPattern:
             with contextlib.suppress(re.error):  # e.g. a reversed range "[z-a]": the file name must tell then
                 self.regex = re.compile(full, re.DOTALL)
 
-    def identity(self, path: str) -> tuple[int | None, str | None]:
-        """(rank, node) of ``path`` by the rules in the module docstring; either may be None."""
+    def identity(self, path: str, hosts: Collection[str] = ()) -> FileIdentity:
+        """Rank, node and local rank of ``path`` by the rules in the module docstring; any may be None.
+
+        ``hosts``: the job's nodes, for a torchrun file in a directory named after its node.
+        """
         m = self.regex.fullmatch(path) if self.regex is not None else None
         groups = m.groupdict() if m else {}
+        node = groups.get("node") or None
+        local_rank = torchrun_local_rank(path)
+        if local_rank is not None:
+            named = {part for part in path.split("/") if part in hosts}
+            return FileIdentity(None, node or (named.pop() if len(named) == 1 else None), local_rank)
         digits = groups.get("rank")
         rank = int(digits) if digits and len(digits) <= MAX_RANK_DIGITS else None
         if rank is None and not self.has_rank:
             found = _NAME_RANK.search(os.path.basename(path))
             rank = int(found.group(1)) if found and len(found.group(1)) <= MAX_RANK_DIGITS else None
-        return rank, groups.get("node") or None
+        return FileIdentity(rank, node)
 
 
 def _component(component: str, seen: set[str] | None) -> tuple[str, str]:

@@ -1,23 +1,45 @@
 """Training progress in log lines: step counters and checkpoint loads, to tell that a job resumed.
 
-Two tables, each tried in order with the first match winning: ``STEP_RULES`` (a regex with a ``step`` group and
-optional ``total``/``epoch`` groups) and ``CHECKPOINT_RULES`` (``name`` and ``step`` groups, and whether the line
-means a checkpoint was found). ``NOT_PROGRESS`` lists what makes a line with a step number not a progress line:
-a checkpoint save names the step it saved, a crash report the step it died in, a plan the step it will start at.
+The tables live in ``activities.logs.progress_rules``; each is tried in order with the first match winning:
+``STEP_RULES`` (a regex with a ``step`` group and optional ``total``/``epoch`` groups) and ``CHECKPOINT_RULES``
+(``name`` and ``step`` groups, and whether the line means a checkpoint was found). ``NOT_PROGRESS`` lists what makes
+a line with a step number not a progress line: a checkpoint save names the step it saved, a crash report the step
+it died in, a plan the step it will start at.
 
 A checkpoint line is never also a step line. Regexes run on the line's body (after its srun label, ``[rankN]:``
-prefix and timestamp).
+prefix and timestamp), with terminal colour codes removed (torchtitan colours its step line).
+
+Progress bars (tqdm, Lightning): ``LogTail`` hands over every ``\\r``-separated redraw as its own line (with its
+own byte offset), so the latest complete frame is the current progress. tqdm writes ``\\r`` before a frame, so a
+frame is complete once the next one (or the bar's closing newline) begins; the newest frame shows one redraw late.
+A frame is a trained step only when it counted something since the bar began:
+
+* a frame at 0 (``0/100000 [00:00<?, ?it/s]``, every bar's first frame, each Lightning epoch's first) is no step;
+* a frame drawn before the bar counted anything (tqdm prints no rate and no time left, ``<?``) at a count k > 0 is
+  the bar's starting point: a loop that resumed at step k and starts its bar there (``tqdm(initial=k)``:
+  ``180/100000 [00:00<?, ?it/s]``). It is read as the resume point, a checkpoint line with step k (rule
+  ``bar_start``), never as step k trained. HF Trainer's own bar starts at 0 after a resume and jumps to the first
+  step trained (global step k + 1), which then is the first trained step.
+
+Lines that detail a load (``CheckpointRule.detail``: HF's "Continuing training from global step 180", torchtitan's
+"Finished loading the checkpoint in ...", a bar's starting point) fill in the step of the file's pending load line
+instead of replacing it, so the checkpoint keeps its name and gets its step.
 
 Step lines may also say how long the step took (``STEP_TIME_RULES``, first match per field): ``step_time`` is the
 whole step (compute, collectives, optimizer; in synchronous data parallelism the same on every rank) and
 ``compute_time`` a rank's own work before the gradient collective (where a straggler shows). Formats: ours
 (``step_time=0.215s compute_time=0.180s``), Megatron-LM's ``elapsed time per iteration (ms): 1234.5`` (an average
-over its log interval), nanoGPT's ``iter 120: loss 2.31, time 123.45ms`` and the rate of a tqdm/Lightning bar
-(``2.54s/it``, ``12.00it/s``: tqdm smooths it). DeepSpeed's ``time (ms) | fwd: ...`` lines carry no step number and
-its ``samples/sec`` needs the batch size, so neither gives a step time (and a timer line is never a step line).
+over its log interval), NeMo 2's ``train_step_timing in s: 0.031``, DeepSpeed's pipeline ``iter time (s): 0.123``,
+nanoGPT's ``iter 120: loss 2.31, time 123.45ms`` and the rate of a tqdm/Lightning bar (``2.54s/it``,
+``12.00it/s``: tqdm smooths it). DeepSpeed's ``time (ms) | fwd: ...`` lines carry no step number and its
+``samples/sec`` needs the batch size, so neither gives a step time (and a timer line is never a step line).
 
-Known ambiguity: a tqdm/Lightning bar (``Epoch 0: 10%|...| 120/1200``) counts batches within the epoch, so its
-``step`` goes back to 0 each epoch; compare ``(epoch, step)`` for such marks.
+HF Trainer's loss dicts (``{'loss': 0.5, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.1}``) name no step:
+they are no step line, but they prove training ran (``ProgressFinding.trained``).
+
+Known ambiguity: a Lightning bar (``Epoch 0: 10%|...| 120/1200``) counts batches within the epoch, so its
+``step`` goes back to 0 each epoch (``StepMark.per_epoch``); compare ``(epoch, step)`` for such marks, never with a
+checkpoint's global step.
 """
 
 from __future__ import annotations
@@ -25,11 +47,25 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from activities.logs.line import LogLine, split_prefix
+from activities.logs.progress_rules import (
+    BAR_NOT_STARTED,
+    CHECKPOINT_RULES,
+    CHECKPOINT_STEP,
+    CHECKPOINT_WORDS,
+    EPOCH,
+    NOT_PROGRESS,
+    STEP_RULES,
+    STEP_TIME_RULES,
+    TRAINING_LOG,
+    CheckpointRule,
+    StepRule,
+    StepTimeRule,
+)
+from activities.logs.terminal import strip_terminal_codes
 from workflows.domain.base import Frozen
 
 __all__ = [
@@ -45,45 +81,24 @@ __all__ = [
     "StepRule",
     "StepTimeRule",
     "StepTimes",
+    "TrainingMark",
     "find_progress",
     "parse_checkpoint",
     "parse_step",
     "parse_step_times",
+    "parse_training",
 ]
 
+#: A step time above this (30 days) is a parse accident, not a measurement.
+MAX_STEP_TIME_S = 30 * 24 * 3600.0
 _MAX_TEXT = 300
 _MAX_DIGITS = 18
-
-
-@dataclass(frozen=True, slots=True)
-class StepRule:
-    name: str
-    pattern: re.Pattern[str]
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointRule:
-    name: str
-    pattern: re.Pattern[str]
-    found: bool
-    """False for lines saying there was no checkpoint to load."""
+_DETAIL_RULES = frozenset(rule.name for rule in CHECKPOINT_RULES if rule.detail) | {"bar_start"}
 
 
 class StepTimes(NamedTuple):
     step_time_s: float | None
     compute_time_s: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class StepTimeRule:
-    name: str
-    pattern: re.Pattern[str]
-    """A ``value`` group and an optional ``unit`` group (``s``, ``ms``, ``s/it``, ``it/s``)."""
-    field: Literal["step_time_s", "compute_time_s"]
-    unit: str = "s"
-    """The unit when the line names none."""
-    step_rules: frozenset[str] = frozenset()
-    """The ``STEP_RULES`` whose lines this rule reads; empty for any."""
 
 
 class _Mark(Frozen):
@@ -105,6 +120,17 @@ class StepMark(_Mark):
     """Seconds the step took, when the line says (see ``STEP_TIME_RULES``)."""
     compute_time_s: float | None = None
     """Seconds of this rank's own work before the gradient collective, when the line says."""
+    zero_based: bool = False
+    """The line numbers steps from 0 (nanoGPT's ``iter 0``, NeMo's ``global_step: 0`` is the first step trained)."""
+    per_epoch: bool = False
+    """``step`` counts batches within ``epoch`` (Lightning's bar), not steps since the start: it cannot be compared
+    with a checkpoint's global step."""
+
+    @property
+    def steps_done(self) -> int:
+        """Steps done once this one is: ``step``, or ``step + 1`` for a 0-based count. After a resume from a
+        checkpoint that holds N steps, the first step trained has ``steps_done == N + 1``."""
+        return self.step + 1 if self.zero_based else self.step
 
 
 class CheckpointMark(_Mark):
@@ -113,11 +139,18 @@ class CheckpointMark(_Mark):
     loaded: str | None
     """The checkpoint's name or path as the line gives it; ``""`` when loaded but unnamed; None when none found."""
     step: int | None = None
-    """The step the checkpoint holds, when the line says."""
+    """The step the checkpoint holds, when the line (or a line detailing it, ``CheckpointRule.detail``) says."""
 
     @property
     def found(self) -> bool:
         return self.loaded is not None
+
+
+class TrainingMark(_Mark):
+    """A line that shows training ran without naming a step (HF Trainer's loss dict, ``TRAINING_LOG``)."""
+
+    epoch: float | None = None
+    """The fractional epoch the line gives."""
 
 
 class ProgressFinding(Frozen):
@@ -133,102 +166,11 @@ class ProgressFinding(Frozen):
     """The earliest step line that follows a checkpoint line in the same file: the job trains again."""
     resumed_from: CheckpointMark | None = None
     """The checkpoint line before ``resumed``; ``resumed_from.found`` is False for a restart from scratch."""
-
-
-def _s(name: str, regex: str) -> StepRule:
-    return StepRule(name, re.compile(regex, re.IGNORECASE))
-
-
-def _c(name: str, regex: str, *, found: bool = True) -> CheckpointRule:
-    return CheckpointRule(name, re.compile(regex, re.IGNORECASE), found)
-
-
-# ``\s*(?:[:=]\s*)?``, never ``\s*[:=]?\s*``: two adjacent ``\s*`` backtrack quadratically over a run of
-# blanks (16k blanks took 1.8 s, measured; a 1 MiB line would take hours).
-STEP_RULES: tuple[StepRule, ...] = (
-    # Megatron-LM: " iteration      120/    1000 | consumed samples: ..."
-    _s("megatron", r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)\s*\|"),
-    # Lightning's bar: "Epoch 0:  10%|█         | 120/1200 [00:10<01:30, ...]"
-    _s("lightning_bar", r"\bEpoch (?P<epoch>\d+):\s*\d+%\|[^|]*\|\s*(?P<step>\d+)/(?P<total>\d+)"),
-    # A bare tqdm bar (HF Trainer's counts optimizer steps): " 10%|█         | 120/1200 [00:10<01:30, ...]"
-    _s("tqdm_bar", r"^\s*\d+%\|[^|]*\|\s*(?P<step>\d+)/(?P<total>\d+)\s*\["),
-    _s("global_step", r"(?<![\w.])global[_ ]step\s*(?:[:=]\s*)?(?P<step>\d+)"),
-    _s("iteration", r"(?<![\w.])(?:iteration|iter)\s*(?:[:=]\s*)?(?P<step>\d+)(?:\s*/\s*(?P<total>\d+))?"),
-    # "step=120", "step 120", "Step 120/1000", "step: 120"; not "steps=" or "step_time=".
-    _s("step", r"(?<![\w.])step\s*(?:[:=]\s*)?(?P<step>\d+)(?:\s*/\s*(?P<total>\d+))?"),
-)
-
-# Atomic: "0.215sec" must not match as "0" followed by something else.
-_NUM = r"(?P<value>(?>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))"
-STEP_TIME_RULES: tuple[StepTimeRule, ...] = (
-    # Ours (deploy/demo/train.py) and key=value loggers: "step_time=0.215s", "'step_time': 0.215", "step_time=215ms".
-    StepTimeRule(
-        "step_time",
-        re.compile(r"(?<![\w.])(?:step_time|time_per_step)['\"]?\s*[:=]\s*" + _NUM + r"\s*(?P<unit>ms|s)?(?![\w/])"),
-        "step_time_s",
-    ),
-    StepTimeRule(
-        "compute_time",
-        re.compile(r"(?<![\w.])compute_time['\"]?\s*[:=]\s*" + _NUM + r"\s*(?P<unit>ms|s)?(?![\w/])"),
-        "compute_time_s",
-    ),
-    # Megatron-LM: "elapsed time per iteration (ms): 1234.5 |", newer ones "... (ms): 1234.5/1200.3 |" (now/mean).
-    StepTimeRule("megatron", re.compile(r"elapsed time per iteration \(ms\):\s*" + _NUM), "step_time_s", "ms"),
-    # nanoGPT: "iter 120: loss 2.3100, time 123.45ms, mfu 30.12%".
-    StepTimeRule(
-        "iter_time",
-        re.compile(r"(?<![\w.])time\s*(?:[:=]\s*)?" + _NUM + r"\s*(?P<unit>ms|s)(?![\w/])"),
-        "step_time_s",
-        step_rules=frozenset({"iteration"}),
-    ),
-    # tqdm's rate inside the bar's brackets: "[00:18<31:07,  2.54s/it, loss=...]" or "[00:10<01:30, 12.00it/s]".
-    # No "[" or a second "<" inside: from every "[" the match attempt then ends at the next one (linear, not quadratic).
-    StepTimeRule(
-        "bar_rate",
-        re.compile(r"\[[^\]\[<]*<[^\]\[,]*,\s*" + _NUM + r"(?P<unit>s/it|it/s)"),
-        "step_time_s",
-        step_rules=frozenset({"lightning_bar", "tqdm_bar"}),
-    ),
-)
-#: A step time above this (30 days) is a parse accident, not a measurement.
-MAX_STEP_TIME_S = 30 * 24 * 3600.0
-
-NOT_PROGRESS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"checkpoint", re.IGNORECASE),
-    # DeepSpeed's timers: "time (ms) | fwd: 5722.49 | bwd: 16107.19 | step: 582.04" (a duration, not a step).
-    re.compile(r"\btime \(ms\) \|", re.IGNORECASE),
-    re.compile(r"\b(?:error|fatal|exception|traceback)\b", re.IGNORECASE),
-    re.compile(
-        r"\b(?:starting|start|resuming|restarting) (?:from|at) (?:step|iteration)|\bskipping\b|\bwill skip\b", re.I
-    ),
-)
-
-_NAME = r"['\"]?(?P<name>[^\s'\",;]+)['\"]?"
-CHECKPOINT_RULES: tuple[CheckpointRule, ...] = (
-    _c(
-        "none_found",
-        r"\bno (?:valid )?checkpoints? (?:was |were )?found|will not load any checkpoints"
-        r"|could not find the metadata file|\bfrom scratch\b",
-        found=False,
-    ),
-    # The demo: "resumed from checkpoint step_000010 (step 10)"; also "Resuming from checkpoint /ckpt/x".
-    _c("resumed_from", r"\bresum(?:ed|ing) (?:training )?from (?:the )?checkpoint(?::|\s+at)?(?:\s+" + _NAME + ")?"),
-    # Megatron: "successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 1000"
-    _c("loaded", r"\b(?:successfully )?loaded (?:the )?checkpoint(?: from)?(?:\s+" + _NAME + ")?"),
-    # Lightning: "Restoring states from the checkpoint path at /ckpt/epoch=0-step=100.ckpt"
-    _c("lightning_restore", r"\bRestor(?:ing|ed) (?:all )?states from the checkpoint (?:path )?at\s+" + _NAME),
-    # HF Trainer: "Continuing training from checkpoint, will skip to saved global_step"
-    _c("hf_continue", r"\bContinuing training from checkpoint\b"),
-    # "loading checkpoint from /ckpt", "Loading the checkpoint at step 1000"; not HF's "Loading checkpoint
-    # shards", which is pretrained weights, not a resume.
-    _c(
-        "loading",
-        r"\bloading (?:the )?checkpoint(?! shards)(?:\s+(?:at step \d+|(?:from\s+|at\s+)?" + _NAME + "))?",
-    ),
-)
-
-_CKPT_STEP = re.compile(r"(?:(?<![\w.])step|(?<![\w.])iteration|global_step)\s*(?:[:=]\s*)?(\d+)", re.IGNORECASE)
-_EPOCH = re.compile(r"(?<![\w.])epoch\s*(?:[:=]\s*)?(\d+)", re.IGNORECASE)
+    trained: TrainingMark | None = None
+    """The latest line that shows training ran but names no step (HF's ``{'loss': ..., 'epoch': ...}``)."""
+    trained_since_checkpoint: bool = False
+    """A step line or a ``trained`` line follows, in its file, the latest checkpoint line: the job trained after
+    its latest load, even one that prints no step line."""
 
 
 def parse_step(line: LogLine) -> StepMark | None:
@@ -238,32 +180,45 @@ def parse_step(line: LogLine) -> StepMark | None:
         line: One log line.
 
     Returns:
-        The step mark, or None for lines that report no step or match ``NOT_PROGRESS``.
+        The step mark, or None for lines that report no step, match ``NOT_PROGRESS``, or are a progress bar's
+        frame that counted nothing yet (module docstring).
     """
-    body = split_prefix(line.text, parse_time=False).body
+    body = _body(line.text)
     if any(p.search(body) for p in NOT_PROGRESS):
         return None
+    found = _step_match(body)
+    if found is None:
+        return None
+    rule, m = found
+    step = int(m.group("step"))
+    if rule.bar and (step == 0 or BAR_NOT_STARTED.search(body, m.end("step")) is not None):
+        return None  # the bar's first frame, or its starting point after a resume (``parse_checkpoint``)
+    groups = m.groupdict()
+    epoch = groups.get("epoch")
+    if epoch is None:
+        in_line = EPOCH.search(body)
+        epoch = in_line.group(1) if in_line else None
+    return StepMark(
+        rule=rule.name,
+        text=_clip(line.text),
+        path=line.path,
+        offset=line.offset,
+        rank=line.rank,
+        at=line.at,
+        step=step,
+        total=_count(groups.get("total")),
+        epoch=_count(epoch),
+        zero_based=rule.zero_based,
+        per_epoch=rule.per_epoch,
+        **parse_step_times(rule.name, body)._asdict(),
+    )
+
+
+def _step_match(body: str) -> tuple[StepRule, re.Match[str]] | None:
     for rule in STEP_RULES:
         m = rule.pattern.search(body)
-        if m is None or _count(m.group("step")) is None:
-            continue
-        groups = m.groupdict()
-        epoch = groups.get("epoch")
-        if epoch is None:
-            found = _EPOCH.search(body)
-            epoch = found.group(1) if found else None
-        return StepMark(
-            rule=rule.name,
-            text=_clip(line.text),
-            path=line.path,
-            offset=line.offset,
-            rank=line.rank,
-            at=line.at,
-            step=int(groups["step"]),
-            total=_count(groups.get("total")),
-            epoch=_count(epoch),
-            **parse_step_times(rule.name, body)._asdict(),
-        )
+        if m is not None and _count(m.group("step")) is not None:
+            return rule, m
     return None
 
 
@@ -302,30 +257,74 @@ def _seconds(value: float, unit: str) -> float | None:
 def parse_checkpoint(line: LogLine) -> CheckpointMark | None:
     """The checkpoint ``line`` says the job loaded (or found none), by ``CHECKPOINT_RULES``; None if unrelated.
 
+    A progress bar's starting point after a resume (``180/100000 [00:00<?, ?it/s]``) is a checkpoint mark too:
+    rule ``bar_start``, unnamed, with the bar's count as its step.
+
     Args:
         line: One log line.
 
     Returns:
         The checkpoint mark, or None.
     """
-    body = split_prefix(line.text, parse_time=False).body
+    body = _body(line.text)
+    lowered = body.lower()
+    if not any(word in lowered for word in CHECKPOINT_WORDS):
+        start = _bar_start(body)
+        return _checkpoint_mark(line, "bar_start", "", start) if start is not None else None
     for rule in CHECKPOINT_RULES:
         m = rule.pattern.search(body)
         if m is None:
             continue
         name = (m.groupdict().get("name") or "").rstrip(".:)]") if rule.found else None
-        step = _CKPT_STEP.search(body, m.start())
-        return CheckpointMark(
-            rule=rule.name,
-            text=_clip(line.text),
-            path=line.path,
-            offset=line.offset,
-            rank=line.rank,
-            at=line.at,
-            loaded=name,
-            step=_count(step.group(1)) if step and rule.found else None,
-        )
-    return None
+        step = CHECKPOINT_STEP.search(body, m.start())
+        digits = (step.group(1) or step.group(2)) if step else None
+        return _checkpoint_mark(line, rule.name, name, _count(digits) if rule.found else None)
+    start = _bar_start(body)
+    return _checkpoint_mark(line, "bar_start", "", start) if start is not None else None
+
+
+def _bar_start(body: str) -> int | None:
+    """The count a progress bar frame shows before it counted anything, when above 0 (module docstring)."""
+    if "<?" not in body:
+        return None  # the cheap test first: most lines are no such frame
+    if any(p.search(body) for p in NOT_PROGRESS):
+        return None
+    found = _step_match(body)
+    if found is None or not found[0].bar:
+        return None
+    step = int(found[1].group("step"))
+    return step if step > 0 and BAR_NOT_STARTED.search(body, found[1].end("step")) is not None else None
+
+
+def _checkpoint_mark(line: LogLine, rule: str, loaded: str | None, step: int | None) -> CheckpointMark:
+    return CheckpointMark(
+        rule=rule,
+        text=_clip(line.text),
+        path=line.path,
+        offset=line.offset,
+        rank=line.rank,
+        at=line.at,
+        loaded=loaded,
+        step=step,
+    )
+
+
+def parse_training(line: LogLine) -> TrainingMark | None:
+    """A line that shows training ran without naming a step (``TRAINING_LOG``); None otherwise."""
+    body = _body(line.text)
+    m = TRAINING_LOG.search(body)
+    if m is None:
+        return None
+    epoch = float(m.group("epoch")) if len(m.group("epoch")) <= _MAX_DIGITS else None
+    return TrainingMark(
+        rule="hf_training_log",
+        text=_clip(line.text),
+        path=line.path,
+        offset=line.offset,
+        rank=line.rank,
+        at=line.at,
+        epoch=epoch,
+    )
 
 
 def find_progress(lines: Iterable[LogLine]) -> ProgressFinding | None:
@@ -335,34 +334,50 @@ def find_progress(lines: Iterable[LogLine]) -> ProgressFinding | None:
     checkpoint line; then, of those, the earliest one that comes after the latest checkpoint line of any file.
     A data-parallel step completes only once every rank has loaded, so every rank logs its load before any rank
     logs the first step, and steps of older attempts fall before that cutoff. Without timestamps the last such
-    pair in input order is taken.
+    pair in input order is taken. A line that details a load (``CheckpointRule.detail``) fills in the step of its
+    file's pending load line rather than counting as a load of its own.
 
     Args:
         lines: Log lines, possibly of several files.
 
     Returns:
-        None when no line reports a step or a checkpoint; else the finding.
+        None when no line reports a step, a checkpoint or training; else the finding.
     """
     last_by_path: dict[str, StepMark] = {}
     pending: dict[str, CheckpointMark] = {}
     resumed_by_path: dict[str, tuple[StepMark, CheckpointMark]] = {}
     checkpoint: CheckpointMark | None = None
+    trained: TrainingMark | None = None
+    trained_since: dict[str, bool] = {}
     for line in lines:
         loaded = parse_checkpoint(line)
         if loaded is not None:
+            before = pending.get(line.path)
+            if loaded.rule in _DETAIL_RULES and before is not None and before.found:
+                loaded = before.model_copy(update={"step": before.step if before.step is not None else loaded.step})
+                if checkpoint is before:
+                    checkpoint = loaded
+                pending[line.path] = loaded
+                continue
             pending[line.path] = loaded
+            trained_since[line.path] = False
             resumed_by_path.pop(line.path, None)  # this file restarted: its earlier resume is history
             if checkpoint is None or not _before(loaded, checkpoint):
                 checkpoint = loaded
             continue
         mark = parse_step(line)
         if mark is None:
+            training = parse_training(line)
+            if training is not None:
+                trained = training
+                trained_since[line.path] = True
             continue
         last_by_path[line.path] = mark
+        trained_since[line.path] = True
         after = pending.pop(line.path, None)
         if after is not None:
             resumed_by_path[line.path] = (mark, after)
-    if not last_by_path and checkpoint is None:
+    if not last_by_path and checkpoint is None and trained is None:
         return None
     last = max(last_by_path.values(), key=lambda m: m.step, default=None)
     resumed = _latest_resume(list(resumed_by_path.values()), checkpoint)
@@ -372,6 +387,8 @@ def find_progress(lines: Iterable[LogLine]) -> ProgressFinding | None:
         checkpoint=checkpoint,
         resumed=resumed[0] if resumed else None,
         resumed_from=resumed[1] if resumed else None,
+        trained=trained,
+        trained_since_checkpoint=checkpoint is not None and trained_since.get(checkpoint.path, False),
     )
 
 
@@ -398,6 +415,11 @@ def _count(digits: str | None) -> int | None:
     return int(digits) if digits and len(digits) <= _MAX_DIGITS else None
 
 
+def _body(text: str) -> str:
+    """The line without its prefixes and terminal escape codes."""
+    return split_prefix(strip_terminal_codes(text), parse_time=False).body
+
+
 def _clip(text: str) -> str:
-    text = text.strip()
+    text = strip_terminal_codes(text).strip()
     return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 1] + "…"

@@ -6,7 +6,8 @@ A row (``activities.logs.signature_types.row``) says:
   culprit, victim or info) and ``priority``: when several rows match one line, the highest wins;
 * the regex, searched in the line's body (after the prefixes ``signatures.prepare`` peels off). Its named groups
   are the fields it extracts: ``rank`` or ``ranks`` (a Slurm task list), ``host``, ``gpu`` (index or PCI id),
-  ``peer_rank``, ``xid``, ``exit_code``, ``signal`` (a number or a name), ``exception``, ``message``, ``at``;
+  ``peer_rank``, ``xid``, ``exit_code``, ``signal`` (a number or a name), ``exception``, ``message``, ``at``,
+  ``checkpoint``/``checkpoint_file`` (the checkpoint a load failed on);
 * flags: ``weak`` (a catch-all: any specific row of the same tier beats it), ``by_signal`` (an exit status
   that names SIGSEGV/SIGBUS is filed under that signal's category), ``xid_catalog`` (category, role and
   restartability come from the XID catalog), ``node_fallback`` (whether a host named by the line's prefix may be
@@ -196,6 +197,22 @@ ROWS: tuple[Signature, ...] = (
          r"\bCUBLAS_STATUS_(?!SUCCESS)\w+|\bCUDNN_STATUS_(?!SUCCESS)\w+|cuDNN error", weak=True,
          hints=("cublas_status_", "cudnn_status_", "cudnn error")),
     # --- the job's own errors, most specific first ---
+    # Reading the checkpoint the job resumes from failed: a torch.save zip cut short ("failed finding central
+    # directory", "unexpected EOF"), an empty file (EOFError), a pickle overwritten ("invalid load key"), a safetensors
+    # header torn, a DCP directory without its .metadata or a shard, a DeepSpeed shard missing, Megatron's "could not
+    # load the checkpoint", HF's get_last_checkpoint picking an unfinished checkpoint-N ("Can't find a valid
+    # checkpoint at"). The checkpoint's fault, not the code's or the node's: a restart loads it again unless the job
+    # is pointed at an older complete one. Not DCP's CheckpointException nor Megatron core's CheckpointingException:
+    # saves raise them too; the load error they wrap (a missing .metadata, an EOF) is printed inside and read here.
+    row("checkpoint_load", _C.CHECKPOINT_IO_ERROR, _K.CHECKPOINT_LOAD, _CU, 82,
+         r"PytorchStreamReader failed|failed finding central directory|unexpected EOF, expected \d+ more bytes"
+         r"|invalid load key|EOFError: Ran out of input|SafetensorError|Error while deserializing header"
+         r"|could not load the checkpoint"
+         r"|Can't find a valid checkpoint at (?P<checkpoint>[^\s'\",;]+)"
+         r"|No such file or directory: '(?P<checkpoint_file>[^']*(?:/\.metadata|_states\.pt|\.distcp))'",
+         hints=("pytorchstreamreader", "central directory", "unexpected eof", "invalid load key", "ran out of input",
+             "safetensor", "deserializing header", "could not load the checkpoint", "valid checkpoint at",
+             "no such file")),
     # /dev/shm exhausted: the DataLoader's shared memory, not a checkpoint.
     row("shm_exhausted", _C.BUS_ERROR, _K.KILLED, _CU, 81,
          r"DataLoader worker \(pid(?:\(s\))? [\d, ]+\) is killed by signal: Bus error|unable to write to file </torch_"
@@ -212,20 +229,20 @@ ROWS: tuple[Signature, ...] = (
     # The loss printed or checked as NaN or Inf: training diverged. "loss: nan", "'loss': nan", a named term
     # ("loss_cls: nan"), "Loss is inf", Detectron2's FloatingPointError "Loss became infinite or NaN", MMCV's "loss
     # become infinite or NaN", Lightning's "The loss returned in `training_step` is nan" (or "is tensor(nan, ...)"),
-    # Composer's "Train loss contains a NaN".
+    # Composer's "Train loss contains a NaN", nanoGPT's "iter 3010: loss nan, time 1019.95ms".
     row("loss_not_finite", _C.NAN_LOSS, _K.PYTHON_EXCEPTION, _CU, 80,
          r"[Ll][Oo][Ss][Ss](?:_[A-Za-z0-9]{1,32}+){0,4}+(?![A-Za-z0-9])['\"]?(?: value| returned in `\w+`)?\s*"
          r"(?:is\s|became\s|become\s|went\s|contains\s(?:an?\s)?|=|:)\s*['\"]?(?:tensor\()?"
-         r"(?:[Nn]a[Nn]|NAN|-?[Ii]nf(?:inite|inity)?|-?INF)\b", hints=("loss",)),
+         r"(?:[Nn]a[Nn]|NAN|-?[Ii]nf(?:inite|inity)?|-?INF)\b"
+         r"|\biter \d+: loss (?:nan|-?inf), ", hints=("loss",)),
+    # Writing a checkpoint failed (or the storage under it did): the job's own output, on the cluster's storage.
     row("checkpoint_io", _C.CHECKPOINT_IO_ERROR, _K.PYTHON_EXCEPTION, _CU, 80,
-         r"No space left on device|Disk quota exceeded|PytorchStreamWriter failed|PytorchStreamReader failed"
-         r"|failed finding central directory|inline_container\.cc.*(?:unexpected pos|file write failed)"
-         r"|unexpected EOF, expected \d+ more bytes|invalid load key|EOFError: Ran out of input|SafetensorError"
-         r"|Error while deserializing header|Input/output error|Read-only file system|Stale file handle"
+         r"No space left on device|Disk quota exceeded|PytorchStreamWriter failed"
+         r"|inline_container\.cc.*(?:unexpected pos|file write failed)"
+         r"|Input/output error|Read-only file system|Stale file handle"
          r"|write\(\): fd \d+ failed|File \S+ cannot be opened|Parent directory \S+ does not exist"
          r"|Permission denied: .*(?i:ckpt|checkpoint|\.pth?\b|\.safetensors|\.bin\b|/save|/output)",
-         hints=("no space left", "quota exceeded", "pytorchstream", "central directory", "inline_container",
-             "unexpected eof", "invalid load key", "ran out of input", "safetensor", "deserializing header",
+         hints=("no space left", "quota exceeded", "pytorchstreamwriter", "inline_container",
              "input/output error", "read-only file system", "stale file handle", "permission denied", "write(): fd",
              "cannot be opened", "parent directory")),
     row("dataloader_killed", _C.DATALOADER_KILLED, _K.KILLED, _CU, 79,

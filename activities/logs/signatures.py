@@ -1,13 +1,13 @@
 """The failure-signature library: compiles ``activities.logs.signature_table`` and says which row a line matches.
 
 ``SIGNATURES`` (the table, highest priority first) is the only place where log text is interpreted;
-``activities.logs.crash`` reads every line through it, for the live watch, the attribution activity and
-``rebound diagnose`` alike. ``prepare`` peels off what launchers put in front of a line: srun labels (``0: ``),
-``[rank3]:``/``[default3]:``, timestamps, OpenMPI's ``[1,3]<stderr>:``, Ray's ``(pid=1, ip=...)``, pdsh's
-``host: ``, NCCL's ``host:pid:tid [gpu] NCCL WARN``, syslog's ``date host kernel:``. ``match`` finds the
-highest-priority row whose pattern is in the body (a row's ``hints`` skip its regex on most lines); lines that are
-only chatter (``NCCL INFO``, missing optional NCCL plugins) never match. What a matched line implicates is
-``activities.logs.signature_fields.extract``'s.
+``activities.logs.crash`` reads every line through it, for the live watch, the attribution activity and ``rebound
+diagnose`` alike. ``prepare`` strips terminal colour codes (``activities.logs.terminal``), then peels off what
+launchers put in front of a line: srun labels (``0: ``), ``[rank3]:``/``[default3]:``, timestamps, OpenMPI's
+``[1,3]<stderr>:``, Ray's ``(pid=1, ip=...)``, pdsh's ``host: ``, NCCL's ``host:pid:tid [gpu] NCCL WARN``, syslog's
+``date host kernel:``. ``match`` finds the highest-priority row whose pattern is in the body (a row's ``hints`` skip
+its regex on most lines); lines that are only chatter (``NCCL INFO``, missing optional NCCL plugins) never match.
+What a matched line implicates is ``activities.logs.signature_fields.extract``'s.
 
 The XID catalogue (``xid_catalog.tsv`` beside this module: NVIDIA's catalogue with NVSentinel's actions and a
 recommended action per XID) is read on first use through ``activities.gpu.xid_catalog``, its one loader: an XID
@@ -23,6 +23,7 @@ from activities.logs.line import split_prefix
 from activities.logs.signature_fields import signal_number
 from activities.logs.signature_table import ROWS
 from activities.logs.signature_types import CATEGORIES, Category, Prepared, Role, Signature, SignatureMatch
+from activities.logs.terminal import strip_terminal_codes
 from workflows.domain.incident import FailureClass
 
 __all__ = ["SIGNATURES", "match", "prepare"]
@@ -59,14 +60,14 @@ def prepare(text: str) -> Prepared:
     """Peel launcher, rank and time prefixes off ``text``; keep the rank, host and GPU they name.
 
     Args:
-        text: One log line as written.
+        text: One log line as written (terminal colour codes are stripped first: ``activities.logs.terminal``).
 
     Returns:
         The body the rows are matched against, and the rank (srun label, ``[rankN]:``, OpenMPI tag), host (pdsh
         prefix, ``slurmstepd-<node>:``, NCCL's ``host:pid:tid``) and GPU (NCCL's ``[dev]``) its prefixes name,
         each None when they name none. What the body names itself is read by ``extract``, for matched lines only.
     """
-    prefix = split_prefix(text, parse_time=False)
+    prefix = split_prefix(strip_terminal_codes(text), parse_time=False)
     body = prefix.body
     rank = prefix.label if prefix.label is not None else prefix.torch_rank
     host: str | None = None

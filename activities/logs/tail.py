@@ -58,7 +58,7 @@ from activities.logs.birth import birth_time
 from activities.logs.chunk import Chunk, read_chunk
 from activities.logs.globbing import GlobBudget, bounded_glob
 from activities.logs.line import LogLine, decode_line, split_prefix
-from activities.logs.patterns import LogPattern
+from activities.logs.patterns import FileIdentity, LogPattern, superseded
 
 __all__ = [
     "CLOCK_SKEW",
@@ -121,19 +121,27 @@ class LogTail:
         attempt_start: When the watched attempt of the job started (or, for a pending job, when Rebound first
             saw it): offsets not anchored yet are anchored to it (module docstring). None reads every file from 0
             and keeps every line (``rebound diagnose`` reads whole files).
+        hosts: The job's nodes: a torchrun per-worker file in a directory named after one is that node's
+            (``activities.logs.patterns``).
 
     Raises:
         TypeError: ``patterns`` is a single string, or holds something that is not a string.
     """
 
     def __init__(
-        self, patterns: Iterable[str], access: LogAccess | None = None, *, attempt_start: datetime | None = None
+        self,
+        patterns: Iterable[str],
+        access: LogAccess | None = None,
+        *,
+        attempt_start: datetime | None = None,
+        hosts: Iterable[str] = (),
     ) -> None:
         if isinstance(patterns, str | bytes):
             raise TypeError("patterns must be a collection of glob patterns, not a single string")
         self._patterns = tuple(LogPattern(p) for p in patterns)
         self._access = access
         self._attempt_start = attempt_start
+        self._hosts = frozenset(hosts)
         self._refused: dict[str, str] = {}
 
     @property
@@ -156,17 +164,17 @@ class LogTail:
         matches, self._refused = self._matches()
         return sorted(matches)
 
-    def identities(self) -> dict[str, tuple[int | None, str | None]]:
-        """Every matching file the access policy allows, with the (rank, node) its name says (``%t``, ``%N``, or
-        a ``rank-N`` in the name); nothing is opened. Refusals are in ``refused``."""
+    def identities(self) -> dict[str, FileIdentity]:
+        """Every matching file the access policy allows, with the rank, node and local rank its path says (``%t``,
+        ``%N``, a ``rank-N`` in the name, torchrun's layout); nothing is opened. Refusals are in ``refused``."""
         matches, self._refused = self._matches()
-        out: dict[str, tuple[int | None, str | None]] = {}
+        out: dict[str, FileIdentity] = {}
         for path, pattern in sorted(matches.items()):
             reason = self._access.check_path(path) if self._access is not None else None
             if reason is not None:
                 self._refused[path] = reason
                 continue
-            out[path] = pattern.identity(path)
+            out[path] = pattern.identity(path, self._hosts)
         return out
 
     def read_new(
@@ -204,20 +212,14 @@ class LogTail:
         remaining = _limit("max_bytes_per_call", max_bytes_per_call)
         lines_left = _limit("max_lines_per_call", max_lines_per_call)
         per_file = min(per_file, remaining)
-        matches, refused = self._matches()
+        offsets = self.anchor(offsets)
         since = _since(offsets)
-        anchoring = False
-        if self._attempt_start is not None and since is None and not positions(offsets):
-            # The attempt is first seen: what the files hold now is not its news (module docstring).
-            anchoring, since = True, self._attempt_start
-            offsets = {**offsets, _SINCE: int(since.timestamp())}
+        matches, refused = self._matches()
         todo: list[tuple[bool, int, str, LogPattern, os.stat_result]] = []
         files: set[tuple[int, int]] = set()
         for path, pattern in sorted(matches.items()):
             try:
                 info = self._inspect(path)
-                if anchoring and since is not None and path not in offsets:
-                    offsets = {**offsets, **self._start_at(path, info, since)}
             except _Skip as skip:
                 if skip.reason:
                     refused[path] = skip.reason
@@ -251,7 +253,7 @@ class LogTail:
         lines: list[LogLine] = []
         for path in sorted(chunks):
             pattern, chunk = chunks[path]
-            rank, node = pattern.identity(path)
+            rank, node, _ = pattern.identity(path, self._hosts)
             for line_offset, raw in chunk.lines:
                 line = decode_line(path, rank, node, line_offset, raw)
                 if since is None or not predates(line, since):
@@ -266,6 +268,22 @@ class LogTail:
             new_offsets[_WAIT_PREFIX + path] = 1
         self._refused = refused
         return lines, new_offsets
+
+    def anchor(self, offsets: Mapping[str, int]) -> Offsets:
+        """``offsets`` anchored to the attempt (module docstring), no line read; ``read_new`` starts with it.
+
+        JobRecovery records this before its first watch of a job, so a watch cancelled before it returned (a node
+        agent's GPU signal) loses no anchor. Offsets already anchored, and a tail without ``attempt_start``, come
+        back unchanged (a copy).
+        """
+        if self._attempt_start is None or _since(offsets) is not None or positions(offsets):
+            return dict(offsets)
+        anchored: Offsets = {**offsets, _SINCE: int(self._attempt_start.timestamp())}
+        matches, self._refused = self._matches()
+        for path in sorted(matches):
+            with contextlib.suppress(_Skip):  # read_new reports it (its own look at the file)
+                anchored.update(self._start_at(path, self._inspect(path), self._attempt_start))
+        return anchored
 
     def _matches(self) -> tuple[dict[str, LogPattern], dict[str, str]]:
         found: dict[str, LogPattern] = {}
@@ -285,6 +303,8 @@ class LogTail:
                 found.setdefault(path, pattern)  # the first pattern that names a file says what it is
             if budget.exhausted:
                 refused[pattern.source] = budget.exhausted
+        for path in superseded(found):
+            del found[path]  # an older torchrun attempt's files: not refused, just not this attempt's
         return found, refused
 
     def _inspect(self, path: str) -> os.stat_result:

@@ -23,6 +23,7 @@ from activities.slurm.snapshots import SnapshotCache
 from workflows.domain.loop import (
     JobWatchInput,
     JobWatchResult,
+    LogAnchorInput,
     ResumeOutcome,
     WaitResumeInput,
     WaitResumeResult,
@@ -88,6 +89,17 @@ class WatchActivities:
             if snap.observed_at < started:
                 snap = await self._snapshots.get(max_age_s=0)
         return snap
+
+    @activity.defn(name="job_log_anchor")
+    async def anchor(self, inp: LogAnchorInput) -> dict[str, int]:
+        """The job's log offsets anchored to its current attempt, no line read (``LogTail.anchor``).
+
+        JobRecovery records them before its first watch: a watch cancelled before it returns (a node agent's GPU
+        signal) hands back nothing, and its successor, or the attribution, would anchor afresh at the files'
+        sizes then, skipping what the job wrote meanwhile.
+        """
+        tail = self._logs.tail(log_patterns(inp.log_patterns, inp.job, inp.job_id), inp.job, inp.job_id)
+        return await asyncio.to_thread(tail.anchor, {})  # what it could not read, the watch reports
 
     @activity.defn(name="job_watch")
     async def watch(self, inp: JobWatchInput) -> JobWatchResult:

@@ -21,14 +21,15 @@ import asyncio
 import contextlib
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from activities.slurm.errors import errno_from_text, kind_from_text
 from activities.slurm.guarded import GuardedActions, SlurmCallError
-from activities.slurm.parse import load_payload, parse_jobs, parse_nodes
-from activities.slurm.port import gather_snapshot
+from activities.slurm.parse import load_payload, parse_jobs, parse_nodes, parse_submission
+from activities.slurm.port import JobSubmission, gather_snapshot
+from activities.slurm.submission import parse_saved_environment
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.slurm import ClusterSnapshot, SlurmJob, SlurmNode
 
@@ -37,6 +38,7 @@ __all__ = ["CommandResult", "SlurmCliScheduler"]
 _SQUEUE = ("squeue", "--json", "-a")  # -a: hidden partitions too; --json lists every state anyway
 _SINFO = ("sinfo", "--json")
 _STDERR_LIMIT = 500
+_SAVE_DIR = "StateSaveLocation"
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,62 @@ class SlurmCliScheduler(GuardedActions):
                 kind = FailureKind.SCHEDULER_UNREACHABLE  # "is DOWN" in every form Slurm prints it
             raise ReboundError(kind, f"scontrol ping: {_trim(output)}")
 
+    async def read_submission(self, job_id: int) -> JobSubmission:
+        """See ``SchedulerActions.read_submission``: ``squeue --json`` and ``scontrol write batch_script J -``.
+
+        Raises:
+            ReboundError: ``JOB_NOT_FOUND``; ``SCHEDULER_REJECTED`` when Slurm has no script for it; transport,
+                configuration or parse failures.
+        """
+        payload = await self._read_json(*_SQUEUE)
+        jobs = payload.get("jobs")
+        record = (
+            next((j for j in jobs if isinstance(j, dict) and j.get("job_id") == job_id), None)
+            if isinstance(jobs, list)
+            else None
+        )
+        if record is None:
+            raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {job_id} is not known to the scheduler")
+        submitted = parse_submission(record, source="squeue --json")
+        result = await self.run("scontrol", "write", "batch_script", str(job_id), "-")
+        if result.returncode != 0 or not result.stdout:
+            text = result.stderr.strip() or f"exited {result.returncode} with no script"
+            kind = kind_from_text(text) if result.returncode != 0 else FailureKind.SCHEDULER_REJECTED
+            raise ReboundError(kind, f"scontrol write batch_script {job_id}: {_trim(text)}")
+        environment, note = await self._saved_environment(job_id)
+        return JobSubmission(
+            **submitted.model_dump(), script=result.stdout, environment=environment, environment_note=note
+        )
+
+    async def _saved_environment(self, job_id: int) -> tuple[dict[str, str] | None, str]:
+        """The environment slurmctld saved with the job, readable where this worker runs on the controller's host
+        as root or SlurmUser (``StateSaveLocation``); otherwise None and why. Never raises: it is optional."""
+        config = await self.run("scontrol", "show", "config")
+        lines = config.stdout.decode("utf-8", "replace").splitlines()
+        found = next((ln.split("=", 1)[1].strip() for ln in lines if ln.split("=", 1)[0].strip() == _SAVE_DIR), "")
+        if config.returncode != 0 or not found:
+            return None, f"not captured: scontrol show config gave no {_SAVE_DIR}"
+        path = Path(found) / f"hash.{job_id % 10}" / f"job.{job_id}" / "environment"
+        try:
+            raw = await asyncio.to_thread(path.read_bytes)
+        except OSError as e:
+            return None, f"not captured: slurmctld's saved environment is not readable here ({e.strerror}: {path})"
+        env = parse_saved_environment(raw)
+        if env is None:
+            return None, f"not captured: {path} is not in the layout Slurm 22.05 writes"
+        return env, f"captured from slurmctld's saved job environment ({len(env)} variables)"
+
+    async def _submit(self, args: Sequence[str], script: bytes, env: Mapping[str, str]) -> int:
+        conf = (self._env if self._env is not None else os.environ).get("SLURM_CONF")
+        # sbatch must reach the cluster this adapter reads, whatever the job's own environment says.
+        result = await self.run("sbatch", *args, stdin=script, env={**env, **({"SLURM_CONF": conf} if conf else {})})
+        out = result.stdout.decode("utf-8", "replace").strip()
+        first = out.split(";", 1)[0]  # --parsable: "id" or "id;cluster"
+        if result.returncode != 0 or not first.isdigit():
+            text = result.stderr.strip() or out or f"exited {result.returncode}"
+            raise SlurmCallError(kind_from_text(text), f"sbatch: {_trim(text)}", errno_from_text(text))
+        return int(first)
+
     async def _drain(self, node: str, reason: str) -> None:
         await self._scontrol("update", f"nodename={node}", "state=drain", f"reason={reason}")
 
@@ -141,12 +199,16 @@ class SlurmCliScheduler(GuardedActions):
     async def _start_now(self, job_id: int) -> None:
         await self._scontrol("update", f"jobid={job_id}", "starttime=now")
 
-    async def run(self, tool: str, *args: str) -> CommandResult:
+    async def run(
+        self, tool: str, *args: str, stdin: bytes | None = None, env: Mapping[str, str] | None = None
+    ) -> CommandResult:
         """Run one Slurm command to completion.
 
         Args:
-            tool: ``squeue``, ``sinfo`` or ``scontrol`` (resolved in ``bin_dir`` or on ``PATH``).
+            tool: ``squeue``, ``sinfo``, ``scontrol`` or ``sbatch`` (resolved in ``bin_dir`` or on ``PATH``).
             *args: Its arguments, passed as they are (no shell).
+            stdin: What the command reads on stdin (sbatch's script); None: nothing.
+            env: The command's environment instead of the adapter's (sbatch's: the job's).
 
         Returns:
             The exit status and output; a non-zero status is not an error here.
@@ -159,16 +221,16 @@ class SlurmCliScheduler(GuardedActions):
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env=self._env,
+                env=dict(env) if env is not None else self._env,
             )
         except OSError as e:  # vanished or not executable between resolving and starting
             raise ReboundError(FailureKind.CONFIGURATION, f"cannot run {argv[0]}: {e}") from e
         try:
             async with asyncio.timeout(self._timeout_s):
-                stdout, stderr = await proc.communicate()
+                stdout, stderr = await proc.communicate(stdin)
         except TimeoutError as e:
             _kill(proc)
             await proc.wait()

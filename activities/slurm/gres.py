@@ -8,7 +8,9 @@ cannot be read is None (unknown), never 0.
 
 from __future__ import annotations
 
-__all__ = ["gpu_count", "names_gpus"]
+from collections.abc import Callable
+
+__all__ = ["gpu_count", "job_gpus_per_node", "names_gpus"]
 
 
 def _entries(text: str) -> list[str]:
@@ -54,3 +56,19 @@ def gpu_count(text: str) -> int | None:
         else:
             return None
     return total
+
+
+def job_gpus_per_node(text: Callable[[str], str]) -> int | None:
+    """A job's GPUs per node from its ``tres_per_node`` (``text`` reads a field of the job); 0 when no TRES
+    field asks for GPUs; None when they are asked per job or per task (``--gpus``, ``--gpus-per-task``: the per-node
+    share depends on the layout).
+
+    Its CPUs per node are Slurm's ``minimum_cpus_per_node`` (tasks per node x CPUs per task, or ``--mincpus``),
+    unknown (0) when CPUs follow the GPUs (``cpus_per_tres``, ``--cpus-per-gpu``), which that minimum leaves out.
+    """
+    per_node = text("tres_per_node")
+    if names_gpus(per_node):
+        return gpu_count(per_node)
+    if names_gpus(text("tres_per_job")) or names_gpus(text("tres_per_task")):
+        return None
+    return 0

@@ -11,11 +11,13 @@ Slurm 22.05's restart sequence: requeue held, exclude, release (ADR 009).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
 
 from activities.slurm.errors import SlurmErrno
 from activities.slurm.hostlist import HostlistError, compress
-from activities.slurm.port import RestartRequest, RestartResult
+from activities.slurm.port import RestartRequest, RestartResult, ResubmitRequest, ResubmitResult
+from activities.slurm.submission import sbatch_arguments, token_in
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.slurm import JobState, NodeBaseState, SlurmJob, SlurmNode
 
@@ -23,6 +25,10 @@ __all__ = ["GuardedActions", "HELD_REASONS", "SlurmCallError", "WAITING_OR_RUNNI
 
 #: ``state_reason`` of a held job: ``requeuehold``/``uhold`` give JobHeldUser, ``hold`` JobHeldAdmin (verified).
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
+
+#: How far the controller's clock may trail the workflow's when a job carrying a token is judged "submitted after
+#: the reservation" (submit times come from slurmctld, the reservation time from the workflow).
+CLOCK_SKEW = timedelta(minutes=5)
 
 # States in which Slurm still accepts changes meant for the job's next start (verified on 22.05: exclusion
 # works while a requeued job is COMPLETING as well as PENDING).
@@ -58,6 +64,14 @@ class GuardedActions(ABC):
     @abstractmethod
     async def get_node(self, name: str) -> SlurmNode | None:
         """A fresh observation of one node (see ``SchedulerReads.get_node``)."""
+
+    @abstractmethod
+    async def list_jobs(self) -> tuple[SlurmJob, ...]:
+        """A fresh observation of every job (see ``SchedulerReads.list_jobs``)."""
+
+    @abstractmethod
+    async def _submit(self, args: Sequence[str], script: bytes, env: Mapping[str, str]) -> int:
+        """``sbatch ARGS`` with the script on stdin and ``env`` as its environment; the new job's id."""
 
     @abstractmethod
     async def _drain(self, node: str, reason: str) -> None:
@@ -251,6 +265,32 @@ class GuardedActions(ABC):
             start_now = bool(request.previous_nodes) and set(request.previous_nodes) <= set(wanted)
             await self.release_job(job_id, start_now=start_now)
         return RestartResult(state=job.state, restart_count=job.restart_count, started_now=start_now)
+
+    async def resubmit_excluding(self, request: ResubmitRequest) -> ResubmitResult:
+        """See ``SchedulerActions.resubmit_excluding``: adopt what carries the token, else submit (ADR 014).
+
+        Raises:
+            ReboundError: What the listing or the raw submission raise.
+        """
+        carrying = sorted(
+            job.job_id
+            for job in await self.list_jobs()  # a fresh listing: an earlier attempt's job is there if it was made
+            if token_in(job.comment) == request.token
+            and job.user_id == request.user_id
+            and job.job_id != request.job_id
+            and (job.submit_time is None or job.submit_time >= request.not_before - CLOCK_SKEW)
+        )
+        if carrying:
+            return ResubmitResult(job_id=carrying[0], adopted=True)
+        args = sbatch_arguments(
+            request.options,
+            user_id=request.user_id,
+            group_id=request.group_id,
+            working_directory=request.working_directory,
+            exclude=request.exclude,
+            token=request.token,
+        )
+        return ResubmitResult(job_id=await self._submit(args, request.script, request.environment), adopted=False)
 
     async def _job_to_restart(self, job_id: int) -> SlurmJob:
         job = await self.get_job(job_id)

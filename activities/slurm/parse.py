@@ -32,10 +32,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from activities.slurm.errors import bad_response, raise_for_api_errors
-from activities.slurm.gres import gpu_count, names_gpus
+from activities.slurm.gres import gpu_count, job_gpus_per_node
 from activities.slurm.hostlist import HostlistError, expand
 from workflows.domain.errors import ReboundError
 from workflows.domain.slurm import JobState, NodeBaseState, SlurmJob, SlurmNode
+from workflows.domain.submission import SubmissionOptions, SubmittedJob
 
 __all__ = [
     "decode_exit_status",
@@ -48,6 +49,7 @@ __all__ = [
     "parse_jobs",
     "parse_node",
     "parse_nodes",
+    "parse_submission",
 ]
 
 # Slurm's NO_VAL (0xfffffffe) and INFINITE (0xffffffff) are "no time", not dates in 2106.
@@ -160,12 +162,55 @@ def parse_job(item: object, *, source: str = "squeue --json") -> SlurmJob:
         start_time=None if state is JobState.PENDING else epoch_to_datetime(f.number("start_time")),
         end_time=epoch_to_datetime(f.number("end_time")) if ended else None,
         tres_per_node=f.text("tres_per_node"),
-        gpus_per_node=_job_gpus_per_node(f),
-        cpus_per_node=_job_cpus_per_node(f),
+        gpus_per_node=None if f.raw("tres_per_node") is None else job_gpus_per_node(f.text),
+        cpus_per_node=0 if f.text("cpus_per_tres") else f.number("minimum_cpus_per_node") or 0,  # see gres.py
         array_job_id=array_job_id,
         array_task_id=array_task_id,
         het_job_id=het_job_id,
         het_job_offset=f.number("het_job_offset") if het_job_id else None,
+    )
+
+
+def parse_submission(item: object, *, source: str = "squeue --json") -> SubmittedJob:
+    """The submission options of one entry of ``jobs``, as ``sbatch`` would take them again (ADR 014).
+
+    Output patterns are kept as submitted (``%j`` stays: the new job fills in its own id).
+
+    Raises:
+        ReboundError: ``SCHEDULER_BAD_RESPONSE`` as for ``parse_job``, and for a job without owner or directory.
+    """
+    f = _Fields(item, source, "job")
+    job_id = f.number("job_id")
+    uid, gid, cwd = _uid(f.number("user_id")), _uid(f.number("group_id")), f.text("current_working_directory")
+    if job_id is None or uid is None or gid is None or not cwd:
+        raise _bad(source, f"job {job_id}: no owner (user_id/group_id) or working directory to resubmit it with")
+
+    def count(key: str) -> int:
+        value = f.number(key)
+        return value if value is not None and 0 < value < _NO_TIME else 0
+
+    gres = ",".join(g.removeprefix("gres:") for g in f.text("tres_per_node").split(",") if g)
+    options = SubmissionOptions(
+        name=f.text("name"),
+        partition=f.text("partition"),
+        nodes=count("node_count"),
+        ntasks=count("tasks"),
+        ntasks_per_node=count("tasks_per_node"),
+        cpus_per_task=count("cpus_per_task"),
+        gres=gres,
+        time_limit_min=count("time_limit"),
+        mem_per_node_mb=count("memory_per_node"),
+        mem_per_cpu_mb=count("memory_per_cpu"),
+        output=f.text("standard_output"),
+        error=f.text("standard_error"),
+        comment=f.text("comment"),
+        account=f.text("account"),
+        qos=f.text("qos"),
+        excluded_nodes=f.hostlist("excluded_nodes"),
+        requeue=f.flag("requeue"),
+    )
+    return SubmittedJob(
+        job_id=job_id, user=f.text("user_name"), user_id=uid, group_id=gid, working_directory=cwd, options=options
     )
 
 
@@ -196,25 +241,6 @@ def parse_node(item: object, *, source: str = "sinfo --json") -> SlurmNode:
         alloc_cpus=f.number("alloc_cpus") or 0,
         gpus=None if f.raw("gres") is None else gpu_count(f.text("gres")),
     )
-
-
-def _job_gpus_per_node(f: _Fields) -> int | None:
-    """GPUs per node from ``tres_per_node``; 0 when no TRES field asks for GPUs; None when GPUs are asked per job
-    or per task (``--gpus``, ``--gpus-per-task``: the per-node share depends on the layout) or nothing was said."""
-    per_node = f.text("tres_per_node")
-    if names_gpus(per_node):
-        return gpu_count(per_node)
-    if f.raw("tres_per_node") is None or names_gpus(f.text("tres_per_job")) or names_gpus(f.text("tres_per_task")):
-        return None
-    return 0
-
-
-def _job_cpus_per_node(f: _Fields) -> int:
-    """CPUs per node (``minimum_cpus_per_node``: tasks per node x CPUs per task, or ``--mincpus``); 0 when unknown
-    or when CPUs follow the GPUs (``--cpus-per-gpu``), which this count does not include."""
-    if f.text("cpus_per_tres"):
-        return 0
-    return f.number("minimum_cpus_per_node") or 0
 
 
 def job_state(value: object) -> JobState:
@@ -371,9 +397,8 @@ class _Fields:
         raise self._wrong(key, value, "a boolean")
 
     def hostlist(self, key: str) -> tuple[str, ...]:
-        text = self.text(key)
         try:
-            return expand(text)
+            return expand(self.text(key))
         except HostlistError as e:
             raise _bad(self.source, f"{self.what}: '{key}' is not a hostlist: {e}") from e
 

@@ -42,6 +42,13 @@ Contract of every adapter:
         requeue_job(job_id, hold=True, expected_restart_count=n)   # COMPLETING, then PENDING/JobHeldUser
         set_excluded_nodes(job_id, user_excluded + bad_nodes)      # cannot race the job's restart
         release_job(job_id, start_now=old_nodes <= set(bad_nodes)) # see release_job: credentials
+
+  - ``read_submission``: a read, with the actions because only a backend that can submit needs it: the job's
+    options as Slurm recorded them and its batch script (``scontrol write batch_script J -``).
+  - ``resubmit_excluding``: submit the job again as its owner, off the given nodes, its comment carrying the
+    caller's token (ADR 014). Before submitting it looks, on a fresh listing, for a job of that owner already
+    carrying the token (an earlier attempt that submitted, then died before its answer was recorded) and
+    adopts it: one token, one new job.
 """
 
 from __future__ import annotations
@@ -53,11 +60,15 @@ from typing import Protocol, runtime_checkable
 
 from workflows.domain.base import Frozen
 from workflows.domain.slurm import ClusterSnapshot, JobState, SlurmJob, SlurmNode
+from workflows.domain.submission import SubmittedJob
 
 __all__ = [
     "CompositeScheduler",
+    "JobSubmission",
     "RestartRequest",
     "RestartResult",
+    "ResubmitRequest",
+    "ResubmitResult",
     "SchedulerActions",
     "SchedulerPort",
     "SchedulerReads",
@@ -88,6 +99,35 @@ class RestartResult(Frozen):
     restart_count: int
     started_now: bool = False
     """The restart skipped the scheduler's own hold (every node of the previous run is excluded)."""
+
+
+class JobSubmission(SubmittedJob):
+    """A job's recorded submission and its batch script (``SchedulerActions.read_submission``)."""
+
+    script: bytes
+    environment: dict[str, str] | None = None
+    """The environment sbatch sent with the job, where the backend could read it; None: not captured."""
+    environment_note: str = ""
+    """Where the environment came from, or why it was not read."""
+
+
+class ResubmitRequest(SubmittedJob):
+    """Submit the job of this record again (``SchedulerActions.resubmit_excluding``)."""
+
+    script: bytes
+    environment: dict[str, str]
+    """What sbatch runs with; ``--export=ALL`` hands it to the new job (``submission.job_environment``)."""
+    exclude: tuple[str, ...] = ()
+    token: str
+    """The caller's idempotency token, appended to the comment; a job already carrying it is adopted."""
+    not_before: datetime
+    """When the token was reserved: a job carrying it must have been submitted after (clock skew allowed)."""
+
+
+class ResubmitResult(Frozen):
+    job_id: int
+    adopted: bool
+    """An earlier attempt had submitted it: nothing was submitted this time."""
 
 
 @runtime_checkable
@@ -221,6 +261,24 @@ class SchedulerActions(Protocol):
         """
         ...
 
+    async def read_submission(self, job_id: int) -> JobSubmission:
+        """The job's submission options and batch script, as Slurm recorded them.
+
+        Raises:
+            ReboundError: ``JOB_NOT_FOUND``; ``SCHEDULER_REJECTED`` when Slurm keeps no script (not a batch job);
+                ``SCHEDULER_UNSUPPORTED`` for a backend that cannot; transport kinds as for reads.
+        """
+        ...
+
+    async def resubmit_excluding(self, request: ResubmitRequest) -> ResubmitResult:
+        """Submit the job again as its owner, off ``request.exclude``; adopt the job a previous attempt submitted.
+
+        Raises:
+            ReboundError: ``SCHEDULER_REJECTED`` when sbatch refuses it; ``SCHEDULER_UNSUPPORTED`` for a backend
+                that cannot submit; transport kinds as for reads.
+        """
+        ...
+
 
 @runtime_checkable
 class SchedulerPort(SchedulerReads, SchedulerActions, Protocol):
@@ -285,6 +343,14 @@ class CompositeScheduler:
     async def restart_excluding(self, request: RestartRequest) -> RestartResult:
         """See ``SchedulerActions.restart_excluding``."""
         return await self.actions.restart_excluding(request)
+
+    async def read_submission(self, job_id: int) -> JobSubmission:
+        """See ``SchedulerActions.read_submission``."""
+        return await self.actions.read_submission(job_id)
+
+    async def resubmit_excluding(self, request: ResubmitRequest) -> ResubmitResult:
+        """See ``SchedulerActions.resubmit_excluding``."""
+        return await self.actions.resubmit_excluding(request)
 
 
 async def gather_snapshot(reads: SchedulerReads) -> ClusterSnapshot:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import TypeVar
@@ -25,6 +25,7 @@ from typing import TypeVar
 from activities.slurm.errors import default_kind
 from activities.slurm.guarded import GuardedActions, SlurmCallError
 from activities.slurm.parse import parse_job, parse_node
+from activities.slurm.port import JobSubmission
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.slurm import ClusterSnapshot, SlurmJob, SlurmNode
 
@@ -218,6 +219,22 @@ class PyslurmScheduler(GuardedActions):
     async def _start_now(self, job_id: int) -> None:
         slurm = self._slurm
         await self._call(lambda: slurm.Job(job_id).modify(slurm.JobSubmitDescription(begin_time="now")))
+
+    async def read_submission(self, job_id: int) -> JobSubmission:
+        """Not supported here: resubmission (ADR 014) was built and verified with the CLI adapter only.
+
+        Raises:
+            ReboundError: ``SCHEDULER_UNSUPPORTED``, always.
+        """
+        raise ReboundError(
+            FailureKind.SCHEDULER_UNSUPPORTED,
+            f"job {job_id}: the pyslurm adapter cannot read a job's submission; resubmission needs the CLI adapter",
+        )
+
+    async def _submit(self, args: Sequence[str], script: bytes, env: Mapping[str, str]) -> int:
+        raise ReboundError(
+            FailureKind.SCHEDULER_UNSUPPORTED, "the pyslurm adapter cannot submit jobs; resubmission needs the CLI"
+        )
 
     async def _call(self, fn: Callable[[], _T], *, reading: bool = False) -> _T:
         """Run one blocking pyslurm call in a thread and classify its ``RPCError`` by Slurm error number."""

@@ -12,13 +12,14 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import classified_errors
 from activities.slurm.snapshots import SnapshotCache
-from activities.temporal.rebound_workflows import start_job_recovery
+from activities.slurm.submission import token_in
+from activities.temporal.rebound_workflows import lineage_workflow_id, start_job_recovery
 from workflows.constants import job_workflow_id
 from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.discovery import (
@@ -41,6 +42,9 @@ DISCOVERABLE_STATES = (JobState.PENDING, JobState.RUNNING)
 
 #: Starts one job's JobRecovery; injected so tests (and other front ends) can replace the Temporal client.
 StartJobRecovery = Callable[[StartJobRecoveryInput], Awaitable[StartJobRecoveryResult]]
+
+#: How long the lineage's JobRecovery may take to answer whether a resubmitted job is its own.
+_LINEAGE_QUERY_S = 10.0
 
 # Temporal answers that mean "not now" rather than "never".
 _TRANSIENT_RPC = frozenset(
@@ -90,6 +94,9 @@ class TemporalJobRecoveryStarter:
                 refuses the request (an unregistered search attribute, a missing permission).
         """
         wf_id = job_workflow_id(inp.cluster, inp.job_id)
+        owner = await self._lineage_owner(inp)
+        if owner is not None:
+            return StartJobRecoveryResult(workflow_id=owner, lineage=True)
         # Built and validated here: a payload that fails to decode would wedge the workflow task, not fail it.
         args = JobRecoveryInput(
             cluster=inp.cluster,
@@ -106,6 +113,28 @@ class TemporalJobRecoveryStarter:
             kind = FailureKind.TEMPORAL_UNREACHABLE if e.status in _TRANSIENT_RPC else FailureKind.CONFIGURATION
             raise ReboundError(kind, f"starting {wf_id} failed: {e.status.name}: {e.message}") from e
         return StartJobRecoveryResult(workflow_id=wf_id, run_id=handle.result_run_id)
+
+    async def _lineage_owner(self, inp: StartJobRecoveryInput) -> str | None:
+        """The JobRecovery that resubmitted this job, by its own record; None: the job is started as any other.
+
+        The comment's token only names whom to ask (the lineage's first job id). The job belongs to that
+        lineage when the JobRecovery lists its id or reserved exactly this token; a forged, copied or stale
+        token claims nothing and the job gets its own JobRecovery.
+
+        Raises:
+            ReboundError: ``TEMPORAL_UNREACHABLE`` when the lineage's JobRecovery cannot be asked now (the next
+                discovery round offers the job again: never a second workflow on a guess).
+        """
+        if not inp.resubmit_token:
+            return None
+        try:
+            return await lineage_workflow_id(
+                self._client, inp.cluster, inp.job_id, inp.resubmit_token, timeout_s=_LINEAGE_QUERY_S
+            )
+        except (RPCError, TimeoutError, WorkflowQueryFailedError) as e:
+            raise ReboundError(
+                FailureKind.TEMPORAL_UNREACHABLE, f"asking the lineage of job {inp.job_id} ({inp.resubmit_token}): {e}"
+            ) from e
 
 
 class DiscoveryActivities:
@@ -212,7 +241,17 @@ class DiscoveryActivities:
                     activity.logger.warning("job %s is not monitored: %s (comment %r)", job.job_id, e, job.comment)
                 continue
             if spec is not None:
-                new.append(DiscoveredJob(job_id=job.job_id, name=job.name, user=job.user, state=job.state, spec=spec))
+                token = token_in(job.comment) or ""
+                new.append(
+                    DiscoveredJob(
+                        job_id=job.job_id,
+                        name=job.name,
+                        user=job.user,
+                        state=job.state,
+                        spec=spec,
+                        resubmit_token=token,
+                    )
+                )
         # Forget warnings about jobs the scheduler no longer lists, so the memory stays bounded.
         listed = {job.job_id for job in snapshot.jobs}
         for job_id in [j for j in self._warned if j not in listed]:

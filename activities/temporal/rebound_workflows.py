@@ -21,6 +21,7 @@ from typing import Any
 
 from temporalio.client import Client, ScheduleActionStartWorkflow, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.constants import (
     ANSWER_APPROVAL_UPDATE,
@@ -58,10 +59,12 @@ from workflows.domain.fleet import (
 )
 from workflows.domain.gpu import GpuEvent, NodeGpuHealthInput, NodeGpuHealthResult
 from workflows.domain.recovery import JobRecoveryInput, JobRecoveryStatus, PauseRequest
+from workflows.policy.restart_strategy import in_lineage
 
 __all__ = [
     "answer_approval",
     "audit_schedule_action",
+    "lineage_workflow_id",
     "pause_job",
     "query_fleet_status",
     "query_job_status",
@@ -218,6 +221,29 @@ async def query_job_status(
         handle.query(STATUS_QUERY, result_type=JobRecoveryStatus), timeout=timeout_s
     )
     return status
+
+
+async def lineage_workflow_id(client: Client, cluster: str, job_id: int, token: str, *, timeout_s: float) -> str | None:
+    """The JobRecovery that follows ``job_id`` as a resubmission of its lineage (ADR 014), or None.
+
+    ``token`` (from the job's comment) only names whom to ask: the lineage's first job. That workflow's own state
+    decides (``restart_strategy.in_lineage``); a forged, copied or stale token gives None.
+
+    Raises:
+        RPCError: Temporal's answer other than "no such workflow"; TimeoutError: no answer within ``timeout_s``;
+            WorkflowQueryFailedError: the workflow could not answer.
+    """
+    root = token.partition(".")[0]
+    if not root.isdigit() or int(root) <= 0 or int(root) == job_id:
+        return None
+    owner = job_workflow_id(cluster, int(root))
+    try:
+        status = await query_job_status(client, owner, timeout_s=timeout_s)
+    except RPCError as e:
+        if e.status is RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return owner if in_lineage(status, job_id, token) else None
 
 
 async def report_gpu_fault(client: Client, cluster: str, job_id: int, event: GpuEvent) -> None:

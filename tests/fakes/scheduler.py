@@ -11,6 +11,11 @@
   ``JobHeldUser`` with hold); with ``requeue_completes_instantly=False`` it stays COMPLETING until ``settle``;
 * a node that goes down requeues its requeueable jobs (NODE_FAIL for the others), as Slurm does.
 
+Resubmission (ADR 014): ``read_submission`` answers from the job's fields, ``scripts`` (default: a one-line
+script) and ``environments`` (default: not captured); the raw ``_submit`` reads its ``sbatch`` arguments back
+into a new PENDING job (``schedule`` starts it). ``lose_submit_answer`` makes the next submissions go through
+and then fail as a worker killed right after ``sbatch`` would (the job exists, its id was never returned).
+
 Known fidelity gaps: no ``cred_expire`` delay (``schedule`` starts any eligible job at once), one job per node,
 no partitions or resources beyond node counts, no ``MinJobAge`` (use ``forget_job``), no step or log output.
 
@@ -22,7 +27,7 @@ it); ``slurm_calls`` the raw calls that reached "Slurm" (a no-op leaves none).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,14 +35,23 @@ from datetime import UTC, datetime
 from activities.slurm.errors import SlurmErrno, default_kind
 from activities.slurm.guarded import GuardedActions, SlurmCallError, is_held
 from activities.slurm.hostlist import expand
-from activities.slurm.port import RestartRequest, RestartResult
+from activities.slurm.port import JobSubmission, RestartRequest, RestartResult, ResubmitRequest, ResubmitResult
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.slurm import ClusterSnapshot, JobState, NodeBaseState, SlurmJob, SlurmNode
+from workflows.domain.submission import SubmissionOptions
 
 __all__ = ["Call", "FakeScheduler"]
 
 _ACTIONS = frozenset(
-    {"drain_node", "resume_node", "requeue_job", "set_excluded_nodes", "release_job", "restart_excluding"}
+    {
+        "drain_node",
+        "resume_node",
+        "requeue_job",
+        "set_excluded_nodes",
+        "release_job",
+        "restart_excluding",
+        "resubmit_excluding",
+    }
 )
 
 
@@ -71,6 +85,12 @@ class FakeScheduler(GuardedActions):
         self.slurm_calls: list[Call] = []
         self.unreachable = False
         self.requeue_completes_instantly = True
+        self.scripts: dict[int, bytes] = {}
+        self.environments: dict[int, dict[str, str]] = {}
+        """What slurmctld saved as a job's environment (absent: the backend cannot read it)."""
+        self.submitted: list[tuple[tuple[str, ...], bytes, dict[str, str]]] = []
+        """Every submission that reached "Slurm": sbatch's arguments, the script, the environment."""
+        self.lose_submit_answer = 0
         self._failures: dict[str, list[ReboundError]] = {}
         self._next_id = 1
         self._depth = 0
@@ -78,7 +98,14 @@ class FakeScheduler(GuardedActions):
     # ----- test-side controls ---------------------------------------------------------------------------------
 
     def submit(
-        self, nodes: int | Sequence[str] = 2, *, name: str = "train", requeue: bool = True, start: bool = True
+        self,
+        nodes: int | Sequence[str] = 2,
+        *,
+        name: str = "train",
+        requeue: bool = True,
+        start: bool = True,
+        comment: str = "",
+        user_id: int | None = None,
     ) -> SlurmJob:
         """Add a job; with ``start`` it runs at once on the given (or the first free usable) nodes."""
         job_id = self._next_id
@@ -98,6 +125,9 @@ class FakeScheduler(GuardedActions):
             eligible_time=now,
             standard_output=f"/lab/runs/{name}-{job_id}.out",
             standard_error=f"/lab/runs/{name}-{job_id}.out",
+            comment=comment,
+            user_id=user_id,
+            working_directory="/lab/runs",
         )
         if start:
             self._start(job_id, None if isinstance(nodes, int) else tuple(nodes))
@@ -244,6 +274,57 @@ class FakeScheduler(GuardedActions):
         """See ``SchedulerActions.restart_excluding`` (the Slurm 22.05 sequence of ``GuardedActions``)."""
         with self._port_call("restart_excluding", request):
             return await super().restart_excluding(request)
+
+    async def resubmit_excluding(self, request: ResubmitRequest) -> ResubmitResult:
+        """See ``SchedulerActions.resubmit_excluding`` (adopt or submit: ``GuardedActions``)."""
+        with self._port_call("resubmit_excluding", request.job_id, request.token):
+            return await super().resubmit_excluding(request)
+
+    async def read_submission(self, job_id: int) -> JobSubmission:
+        """See ``SchedulerActions.read_submission``: the job's own fields, ``scripts[job_id]`` as its script."""
+        with self._port_call("read_submission", job_id):
+            job = self._job_or_raise(job_id)
+            options = SubmissionOptions(
+                name=job.name,
+                partition=job.partition,
+                nodes=job.node_count,
+                ntasks=job.task_count,
+                output=job.standard_output,
+                error=job.standard_error,
+                comment=job.comment,
+                excluded_nodes=job.excluded_nodes,
+                requeue=job.requeue_allowed,
+            )
+            return JobSubmission(
+                job_id=job_id,
+                user=job.user,
+                user_id=job.user_id or 0,
+                group_id=job.user_id or 0,
+                working_directory=job.working_directory or "/lab/runs",
+                options=options,
+                script=self.scripts.get(job_id, b"#!/bin/bash\nsrun python train.py\n"),
+                environment=self.environments.get(job_id),
+                environment_note="captured from the fake's saved environment" if job_id in self.environments else "",
+            )
+
+    async def _submit(self, args: Sequence[str], script: bytes, env: Mapping[str, str]) -> int:
+        self._raw("submit", *args)
+        self.submitted.append((tuple(args), script, dict(env)))
+        given = dict(a.removeprefix("--").partition("=")[::2] for a in args)
+        job = self.submit(
+            int(given.get("nodes", "1")),
+            name=given.get("job-name", "sbatch"),
+            requeue="requeue" in given,
+            start=False,
+            comment=given.get("comment", ""),
+            user_id=int(given["uid"]),
+        )
+        self._update(job.job_id, excluded_nodes=expand(given.get("exclude", "")))
+        self.scripts[job.job_id] = script
+        if self.lose_submit_answer:
+            self.lose_submit_answer -= 1
+            raise ReboundError(FailureKind.SCHEDULER_TIMEOUT, "fake: the worker died after sbatch answered")
+        return job.job_id
 
     async def _drain(self, node: str, reason: str) -> None:
         self._raw("drain", node, reason)

@@ -180,7 +180,7 @@ PATTERN_TEXT = st.lists(
 def test_any_pattern_compiles_and_identifies_any_path_quickly(pattern: str, path: list[str]) -> None:
     compiled = LogPattern(pattern)
     started = time.perf_counter()
-    rank, node = compiled.identity("".join(path))
+    rank, node, _ = compiled.identity("".join(path))
     assert time.perf_counter() - started < 0.5
     assert rank is None or 0 <= rank < 10**9
     assert node is None or "/" not in node

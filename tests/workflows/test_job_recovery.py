@@ -17,6 +17,7 @@ from activities.logs.attribution import AttributionActivities
 from activities.logs.watch import WatchActivities
 from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.activities import SlurmActivities
+from activities.slurm.resubmission import SubmissionActivities
 from activities.slurm.snapshots import SnapshotCache
 from activities.temporal.fleet import FleetActivities
 from activities.webhooks.notify import NotifyActivities
@@ -32,6 +33,7 @@ from workflows.domain.recovery import (
     PauseRequest,
     RecoverySpec,
     RecoveryState,
+    RestartSetting,
 )
 from workflows.domain.slurm import JobState
 from workflows.fleet import FleetWorkflow
@@ -61,6 +63,7 @@ class Harness:
         watch = WatchActivities(self.snapshots)
         attribution = AttributionActivities(self.sched)
         actions = SlurmActionActivities(self.sched)
+        submissions = SubmissionActivities(self.sched, self.tmp / "state")
         fleet = FleetActivities(
             self.client, self.sched, cluster=self.cluster, task_queue=self.task_queue, policy=self.fleet_policy
         )
@@ -70,11 +73,14 @@ class Harness:
             workflows=[JobRecoveryWorkflow, FleetWorkflow],
             activities=[
                 slurm.observe_job,
+                watch.anchor,
                 watch.watch,
                 watch.wait_resume,
                 attribution.attribute_failure,
                 actions.drain_node,
                 actions.requeue_job,
+                submissions.capture_submission,
+                submissions.resubmit_job,
                 fleet.request_isolation,
                 fleet.cluster_view,
                 fleet.resume_node,
@@ -91,8 +97,8 @@ class Harness:
         ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
         self.log(job_id, rank, f"{ts} [INFO] rank={rank}/4 node={node} step={step} loss=0.5 step_time=0.1s")
 
-    async def start(self, job_id: int, budget: int = 5) -> Handle:
-        spec = RecoverySpec(logs=(str(self.tmp / "job-%j-*.log"),), restart_budget=budget)
+    async def start(self, job_id: int, budget: int = 5, restart: RestartSetting = RestartSetting.AUTO) -> Handle:
+        spec = RecoverySpec(logs=(str(self.tmp / "job-%j-*.log"),), restart_budget=budget, restart=restart)
         return await self.client.start_workflow(
             JobRecoveryWorkflow.run,
             JobRecoveryInput(cluster=self.cluster, job_id=job_id, poll_interval_s=0.1, spec=spec),
@@ -250,7 +256,7 @@ async def test_owner_cancel_is_not_an_incident(h: Harness) -> None:
 
 async def test_a_job_that_may_not_be_requeued_gives_up_clearly(h: Harness) -> None:
     job = h.sched.submit(h.nodes[:2], requeue=False)
-    handle = await h.start(job.job_id)
+    handle = await h.start(job.job_id, restart=RestartSetting.REQUEUE)  # resubmission: test_job_recovery_resubmit
     await until(handle, lambda s: s.state is RecoveryState.WATCHING)
     h.sched.fail_job(job.job_id, exit_code=1)
     result = await asyncio.wait_for(handle.result(), 30)

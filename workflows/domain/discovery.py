@@ -81,6 +81,8 @@ class DiscoveredJob(Frozen):
     user: str = ""
     state: JobState
     spec: RecoverySpec = RecoverySpec()
+    resubmit_token: str = ""
+    """The resubmission token in the job's comment, if any: a hint to ask Rebound's own record (ADR 014)."""
 
 
 class DiscoverJobsResult(Frozen):
@@ -100,6 +102,8 @@ class StartJobRecoveryInput(Frozen):
     cluster: str
     job_id: int = Field(gt=0)
     spec: RecoverySpec = RecoverySpec()
+    resubmit_token: str = ""
+    """As in ``DiscoveredJob``: the job joins a lineage only when that lineage's JobRecovery lists it or the token."""
 
 
 class StartJobRecoveryResult(Frozen):
@@ -107,3 +111,5 @@ class StartJobRecoveryResult(Frozen):
 
     workflow_id: str
     run_id: str | None = None
+    lineage: bool = False
+    """The job is a resubmission an existing JobRecovery follows: nothing was started (``workflow_id`` is it)."""

@@ -19,6 +19,9 @@ class FindingKind(StrEnum):
     COMM_ERROR = "comm_error"
     NODE_FAILURE = "node_failure"
     PYTHON_EXCEPTION = "python_exception"
+    CHECKPOINT_LOAD = "checkpoint_load"
+    """The job could not read the checkpoint it resumes from (a truncated ``torch.save`` zip, a safetensors file with a
+    bad header, a DCP directory without ``.metadata``, a missing shard): the checkpoint, not the code or the node."""
     TERMINATED = "terminated"
     """srun (or Slurm) sent SIGTERM: the task was stopped, it did not fail."""
     REQUEUE = "requeue"
@@ -36,6 +39,9 @@ class Cause(StrEnum):
     NODE_FAILURE = "node-failure"
     CUDA_ERROR = "cuda-error"
     USER_BUG = "user-bug"
+    CHECKPOINT_UNREADABLE = "checkpoint-unreadable"
+    """The checkpoint the job resumes from cannot be read: a restart loads it again unless the job is pointed at an
+    older complete one (the recovery policy decides that)."""
     SEGFAULT = "segfault"
     RANK_KILLED = "rank-killed"
     FATAL_SIGNAL = "fatal-signal"

@@ -135,6 +135,7 @@ class Attribution(Frozen):
 class ActionKind(StrEnum):
     DRAIN = "drain"
     REQUEUE = "requeue"
+    RESUBMIT = "resubmit"
 
 
 class ActionRecord(Frozen):
@@ -205,3 +206,6 @@ class LogFinding(Frozen):
     culprit: bool = False
     failure_class: FailureClass | None = None
     """The rule's hint (``hardware``, ``user``...): a CUDA out-of-memory is the program's, not the GPU's."""
+    checkpoint: str = ""
+    """The checkpoint a ``checkpoint_load`` finding could not read, as the log names it (the failing line, or the
+    load line before it on the same rank); empty when no line names it."""

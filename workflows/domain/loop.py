@@ -50,6 +50,16 @@ class WatchOutcome(StrEnum):
     """The scheduler no longer lists the job."""
 
 
+class LogAnchorInput(Frozen):
+    """Anchor a job's log offsets to its current attempt before the first watch (``LogTail.anchor``)."""
+
+    job_id: int
+    log_patterns: tuple[str, ...] = ()
+    """The job's ``logs=`` patterns; empty: its own stdout/stderr, as for the watch."""
+    job: SlurmJob
+    """The job as the workflow last saw it: its start time is the attempt's, its user the files' owner."""
+
+
 class JobWatchResult(Frozen):
     outcome: WatchOutcome
     observed_at: datetime

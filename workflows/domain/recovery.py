@@ -18,6 +18,7 @@ from workflows.domain.notify import Notification
 from workflows.domain.progress import ProgressState
 from workflows.domain.slurm import JobState, SlurmJob
 from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
+from workflows.domain.submission import SubmissionFacts
 
 #: Incidents kept in state across continue-as-new (older ones stay in the previous runs' histories); the Fleet's
 #: answers are kept for as many requests, the newest (a late approval of an older one is in the Fleet's state).
@@ -28,6 +29,9 @@ MAX_TIMELINE = 200
 MAX_SEEN_GPU_EVENTS = 256
 #: Signalled GPU events waiting for attribution (the first ones of a storm: the same XID again adds nothing).
 MAX_PENDING_GPU_EVENTS = 64
+
+#: Resubmission tokens remembered (each incident reserves one; the budget caps incidents far below this).
+MAX_RESUBMIT_TOKENS = 100
 
 #: What tells two signalled GPU events apart: host, GPU index, XID, the agent's sequence number.
 GpuEventKey = tuple[str, int | None, int | None, int]
@@ -60,6 +64,17 @@ class StragglerAction(StrEnum):
     """Drain the slow node and restart the job elsewhere, when the projected loss exceeds the restart's cost."""
 
 
+class RestartSetting(StrEnum):
+    """How a job wants to be restarted (``workflows.policy.restart_strategy`` decides from it)."""
+
+    AUTO = "auto"
+    """Requeue a requeueable job; resubmit one that cannot be requeued (``--no-requeue``)."""
+    REQUEUE = "requeue"
+    """Only requeue: a job that cannot be requeued is given up, as before resubmission existed."""
+    RESUBMIT = "resubmit"
+    """Always resubmit from the job's own script and options, even a requeueable job."""
+
+
 class RecoverySpec(Frozen):
     """How a job wants to be recovered: from its opt-in comment, an operator selector, or the CLI."""
 
@@ -73,6 +88,8 @@ class RecoverySpec(Frozen):
     heartbeat: tuple[str, ...] = ()
     """Glob patterns of files the ranks touch while alive (``%j`` = job id): a fresh mtime counts as progress."""
     stragglers: StragglerAction = StragglerAction.REPORT
+    restart: RestartSetting = RestartSetting.AUTO
+    """Requeue, resubmit, or choose by whether Slurm lets the job be requeued (opt-in key ``restart``)."""
     checkpoint_fallback: CheckpointFallback | None = None
     """What to do about a partial newest checkpoint before a restart (``ckpt_fallback=``); None: the operator's
     setting (``checkpoints.fallback``, default off), filled in when the job is discovered."""
@@ -145,6 +162,13 @@ class JobRecoveryStatus(Frozen):
     """When the job's current attempt started running: GPU events from before it are not this attempt's."""
     paused_by: str = ""
     """Set while an operator paused monitoring (``rebound pause JOB``): nothing is watched or done until resumed."""
+    lineage: tuple[int, ...] = ()
+    """Every Slurm job id of this logical job, oldest first, once it was resubmitted (empty: never resubmitted).
+    Rebound's own record of the lineage: ClusterWatch asks it, never a job's comment (ADR 014)."""
+    resubmit_tokens: tuple[str, ...] = ()
+    """Idempotency tokens reserved for resubmissions whose new job is not recorded yet (``MAX_RESUBMIT_TOKENS``).
+    A job carrying one in its comment belongs to this lineage only while it is listed here: once the new job is
+    in ``lineage`` the token is resolved and removed, and a copy of it claims nothing."""
 
 
 class JobRecoveryState(Frozen):
@@ -181,6 +205,8 @@ class JobRecoveryState(Frozen):
     this JobRecovery started before it was recorded (a restart then adds to whatever the job excludes)."""
     pending_notes: tuple[Notification, ...] = ()
     """Notifications decided in synchronous code (the end of the run), sent before the run returns."""
+    submission: SubmissionFacts | None = None
+    """How the job was submitted, captured when the watch began (for a resubmission); None when not captured."""
 
 
 class JobRecoveryResult(Frozen):

@@ -13,7 +13,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     import workflows.job_recovery.ledger as ledger
-    from workflows.constants import CAUSE, IMPLICATED_NODES, RECOVERY_STATE, fleet_workflow_id
+    from workflows.constants import CAUSE, IMPLICATED_NODES, JOB_ID, RECOVERY_STATE, fleet_workflow_id
     from workflows.domain.fleet import IsolationDecision
     from workflows.domain.incident import Attribution, Incident
     from workflows.domain.notify import Notification, NotificationKind, Severity
@@ -64,6 +64,17 @@ class Recorder:
 
     def observe(self, job: SlurmJob, *, keep_nodes: bool = False) -> None:
         self.set_status(ledger.observe_job(self.status, job, workflow.now(), keep_nodes=keep_nodes))
+
+    def follow(self, job_id: int) -> None:
+        """From now on this workflow watches ``job_id``, the resubmission of its job (one lineage, ADR 014).
+
+        The input (carried across continue-as-new), the status and the ``ReboundJobId`` search attribute follow
+        the new id; the lineage keeps every id, oldest first; the budget stays the logical job's.
+        """
+        lineage = self.status.lineage or (self.inp.job_id,)
+        self.inp = self.inp.model_copy(update={"job_id": job_id})
+        self.update_status(job_id=job_id, lineage=(*lineage, job_id), restart_count=0, nodes=())
+        workflow.upsert_search_attributes([JOB_ID.value_set(str(job_id))])
 
     def record(self, event: str, detail: str, incident: int | None = None) -> None:
         self.set_status(ledger.record(self.status, workflow.now(), event, detail, incident))

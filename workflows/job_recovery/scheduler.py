@@ -8,14 +8,17 @@ from __future__ import annotations
 from datetime import datetime
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.logs.watch import WatchActivities
     from activities.slurm.actions import SlurmActionActivities
     from activities.slurm.activities import SlurmActivities
+    from activities.slurm.resubmission import SubmissionActivities
     from workflows.domain.loop import (
         JobWatchInput,
         JobWatchResult,
+        LogAnchorInput,
         RequeueInput,
         RequeueResult,
         WaitResumeInput,
@@ -23,10 +26,25 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.domain.recovery import JobRecoveryInput, JobRecoveryState, ObserveJobInput, ObserveJobResult
     from workflows.domain.slurm import SlurmJob
-    from workflows.options import CLUSTER_ACTION, JOB_WATCH, SCHEDULER_READ, WAIT_RESUME
+    from workflows.domain.submission import (
+        CaptureSubmissionInput,
+        CaptureSubmissionResult,
+        ResubmitInput,
+        ResubmitOutcome,
+    )
+    from workflows.options import CLUSTER_ACTION, JOB_WATCH, LOG_ANCHOR, SCHEDULER_READ, WAIT_RESUME
     from workflows.policy.recovery import hang_policy
 
-__all__ = ["observe_job", "requeue", "start_watch", "wait_resume", "watch_input"]
+__all__ = [
+    "anchor_logs",
+    "capture_submission",
+    "observe_job",
+    "requeue",
+    "resubmit",
+    "start_watch",
+    "wait_resume",
+    "watch_input",
+]
 
 
 async def observe_job(job_id: int) -> SlurmJob | None:
@@ -38,6 +56,21 @@ async def observe_job(job_id: int) -> SlurmJob | None:
         **SCHEDULER_READ,
     )
     return first.job
+
+
+async def anchor_logs(inp: JobRecoveryInput, job: SlurmJob) -> dict[str, int] | None:
+    """The job's log offsets anchored to its current attempt (``WatchActivities.anchor``); None when the files
+    could not be looked at (the watch then anchors them itself, as before)."""
+    try:
+        offsets: dict[str, int] = await workflow.execute_activity_method(
+            WatchActivities.anchor,
+            LogAnchorInput(job_id=inp.job_id, log_patterns=inp.spec.logs, job=job),
+            summary=f"Note where job {inp.job_id}'s log files end now",
+            **LOG_ANCHOR,
+        )
+    except ActivityError:
+        return None
+    return offsets
 
 
 def watch_input(inp: JobRecoveryInput, state: JobRecoveryState, job: SlurmJob) -> JobWatchInput:
@@ -90,6 +123,26 @@ async def requeue(
             user_excluded=user_excluded,
         ),
         summary=f"Requeue job {job_id} excluding {','.join(exclude) or 'nobody'}",
+        **CLUSTER_ACTION,
+    )
+
+
+async def capture_submission(cluster: str, job_id: int) -> CaptureSubmissionResult:
+    """The job's options and batch script, kept on the worker for a resubmission (ADR 014)."""
+    return await workflow.execute_activity_method(
+        SubmissionActivities.capture_submission,
+        CaptureSubmissionInput(cluster=cluster, job_id=job_id),
+        summary=f"Capture how job {job_id} was submitted (script, options)",
+        **SCHEDULER_READ,
+    )
+
+
+async def resubmit(inp: ResubmitInput) -> ResubmitOutcome:
+    """Submit the job again as its owner (idempotent by ``inp.token``: a retry adopts what an attempt submitted)."""
+    return await workflow.execute_activity_method(
+        SubmissionActivities.resubmit_job,
+        inp,
+        summary=f"Resubmit job {inp.facts.job_id} as uid {inp.facts.user_id} excluding {','.join(inp.exclude) or '-'}",
         **CLUSTER_ACTION,
     )
 

@@ -14,6 +14,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.job_recovery.evidence as evidence
     import workflows.job_recovery.fleet_exchange as fleet_exchange
     import workflows.job_recovery.ledger as ledger
+    import workflows.job_recovery.resubmit as resubmission
     import workflows.job_recovery.scheduler as scheduler
     import workflows.job_recovery.state as state
     from workflows import metrics
@@ -46,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         straggler_choice,
         throttled_gpus,
     )
+    from workflows.policy.restart_strategy import RestartStrategy, cannot_restart, choose_restart
     from workflows.policy.stacks import describe_stacks
 
 #: Requests carry the action ladder's rung (a suspicion is not a drain) and the job keeps its standing exclusion
@@ -217,12 +219,22 @@ def observed(rec: Recorder, number: int, job: SlurmJob, decision: IsolationDecis
 
 
 async def restart(rec: Recorder, number: int, job: SlurmJob, exclude: tuple[str, ...], expected: int) -> Ending | None:
-    """Back off, requeue without ``exclude``; an ending when the requeue is refused or the job was cancelled."""
+    """Back off, requeue (or resubmit) without ``exclude``; an ending when refused or the job was cancelled."""
+    choice = choose_restart(
+        rec.inp.spec.restart, requeue_allowed=job.requeue_allowed, submission_captured=rec.state.submission is not None
+    )
+    # Only a job that is not requeued takes the patched branch: requeue histories replay unchanged (ADR 012).
+    resubmitting = choice.strategy is not RestartStrategy.REQUEUE and workflow.patched(resubmission.RESUBMIT_PATCH)
     pause = backoff_s(rec.status.restarts_used)
     backoff = f" after {pause:.0f} s backoff" if pause else ""
-    rec.set_state(RecoveryState.RESTARTING, f"requeue excluding {','.join(exclude) or '-'}{backoff}", number)
+    how = "resubmit" if resubmitting else "requeue"
+    rec.set_state(RecoveryState.RESTARTING, f"{how} excluding {','.join(exclude) or '-'}{backoff}", number)
+    if resubmitting and choice.strategy is None:
+        return cannot_restart(choice.reason)
     if pause:
         await workflow.sleep(pause, summary=f"backoff before restart {rec.status.restarts_used + 1}")
+    if resubmitting:
+        return await resubmission.resubmit(rec, number, job, exclude)
     try:
         await _requeue(rec, number, job, exclude, expected)
     except ActivityError as e:

@@ -21,6 +21,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.job_recovery.ledger as ledger
+    import workflows.job_recovery.resubmit as resubmission
     import workflows.job_recovery.scheduler as scheduler
     import workflows.job_recovery.state as state
     import workflows.job_recovery.steps as steps
@@ -57,6 +58,9 @@ with workflow.unsafe.imports_passed_through():
         scheduler_forgot,
         unknown_job,
     )
+
+#: Patch id (docs/adr/012): anchor the log offsets before the first watch (``scheduler.anchor_logs``).
+ANCHOR_LOGS_PATCH = "11-anchor-logs-before-first-watch"
 
 #: What the watch hands over: the job as last seen, the anomaly (None: only a change), the log findings with it.
 Watched = tuple[SlurmJob, Anomaly | None, tuple[LogFinding, ...]]
@@ -130,13 +134,15 @@ class JobRecoveryWorkflow:
             # What the job excludes before Rebound ever restarted it is its owner's: kept in every restart.
             rec.update(user_excluded_nodes=job.excluded_nodes)
             rec.set_state(RecoveryState.WATCHING, f"watching job {inp.job_id} ({job.state.value})")
+        await resubmission.capture(rec, job)
         pending: Anomaly | None = None
         findings: tuple[LogFinding, ...] = ()
         while True:
             if pending is None:
                 if workflow.info().is_continue_as_new_suggested():
                     await workflow.wait_condition(workflow.all_handlers_finished)
-                    workflow.continue_as_new(inp.model_copy(update={"carried": state.carry(rec.state)}))
+                    # rec.inp: after a resubmission the input names the job this lineage runs as now (ADR 014).
+                    workflow.continue_as_new(rec.inp.model_copy(update={"carried": state.carry(rec.state)}))
                 over = job_over(job.state)
                 if over is not None:
                     return rec.end(over)
@@ -168,7 +174,13 @@ class JobRecoveryWorkflow:
     async def _watch(self, job: SlurmJob) -> Watched | None:
         """Wait for a change or an anomaly: the heartbeating watch, or a GPU fault signalled by a node agent."""
         rec = self._rec
-        handle = scheduler.start_watch(scheduler.watch_input(self._inp, rec.state, job), job)
+        if not rec.status.log_offsets and workflow.patched(ANCHOR_LOGS_PATCH):
+            # Anchored before the watch starts: a first watch cancelled by a GPU signal hands back no offsets, and
+            # the attribution would anchor afresh at the files' sizes, skipping what the job wrote meanwhile.
+            anchored = await scheduler.anchor_logs(rec.inp, job)
+            if anchored is not None:
+                rec.update_status(log_offsets=anchored)
+        handle = scheduler.start_watch(scheduler.watch_input(rec.inp, rec.state, job), job)
         await workflow.wait_condition(lambda: handle.done() or bool(rec.state.gpu_events) or bool(rec.status.paused_by))
         if not handle.done():
             paused = bool(rec.status.paused_by)
@@ -230,7 +242,7 @@ class JobRecoveryWorkflow:
         return await steps.verify(rec, number, attribution, decision)
 
     async def _observe_job(self) -> SlurmJob | None:
-        job = await scheduler.observe_job(self._inp.job_id)
+        job = await scheduler.observe_job(self._rec.inp.job_id)
         if job is not None:
             self._rec.observe(job)
             workflow.upsert_search_attributes([JOB_ID.value_set(str(job.job_id))])

@@ -6,24 +6,31 @@ Rules, strongest first (the first that applies decides; the rest of the evidence
 2. One of the job's nodes is DOWN or NOT_RESPONDING (its slurmd is dead): infrastructure; that node.
 3. Slurm reports a node failure for the job (``Node failure on nX``, NODE_FAIL): infrastructure; that node.
 4. A CUDA-style error in a rank's output: hardware; the node of that rank.
-5. A Python exception from training code (not a communication or CUDA error), a CUDA out-of-memory or device
+5. The checkpoint the job resumes from could not be read (a truncated or torn file, a missing shard or
+   ``.metadata``): infrastructure, the checkpoint's fault and neither the code's nor a node's; no node is
+   implicated. Not retryable as it stands (a restart loads the same checkpoint); the recovery policy may make it
+   retryable when an older complete checkpoint exists. Whatever the code raised after the failed load is its
+   consequence, so this rule comes before rule 6.
+6. A Python exception from training code (not a communication or CUDA error), a CUDA out-of-memory or device
    assert, or a rank killed for its own excess memory: the user's own bug. No node is implicated and no restart
-   can help. The same exception on ranks of different nodes makes it certain.
-6. A rank that died on its own (non-zero exit, segfault, killed): the node of the first failing rank, with
+   can help. The same exception on ranks of different nodes makes it certain. An exception its rank prints after
+   a fatal signal (a bus error, a segfault, an abort, a DataLoader worker's SIGBUS) is that signal's symptom, not
+   the code's bug: rule 7 decides on the signal.
+7. A rank that died on its own (non-zero exit, segfault, killed): the node of the first failing rank, with
    modest confidence. Peers that only report a broken connection are victims, never culprits.
-7. A hang (no rank made progress for the job's window): the rank that stopped first and the ranks whose stacks
+8. A hang (no rank made progress for the job's window): the rank that stopped first and the ranks whose stacks
    differ are suspects; no node is implicated unless a rank is stuck in the kernel (``workflows.policy.implicit``).
-8. Only victims, and ranks that went silent without a word: the node of the silent ranks, low confidence (below
+9. Only victims, and ranks that went silent without a word: the node of the silent ranks, low confidence (below
    the Fleet's approval threshold: excluded from the job's next placement, drained only with an operator's yes).
-9. Nothing conclusive: unknown; restart without excluding anyone.
+10. Nothing conclusive: unknown; restart without excluding anyone.
 
 Each verdict names the kind of evidence it rests on (``Attribution.basis``), and ``attribute`` ends with the
 action ladder (``workflows.policy.action_ladder``): node-level evidence (rules 1-3) may drain; the job's own word
-(rules 4, 6, 7, 8) only excludes the node from the job's next placement and records a suspicion.
+(rules 4, 7, 8, 9) only excludes the node from the job's next placement and records a suspicion.
 
 One engine for every caller: the ``attribute_failure`` activity, ``rebound bench attribution`` and
 ``rebound diagnose`` build their facts with ``AttributionFacts.from_findings`` and call ``attribute``;
-``deciding_findings`` names the log findings rules 3-6 rest on (``rebound diagnose`` names its root cause among them).
+``deciding_findings`` names the log findings rules 3-7 rest on (``rebound diagnose`` names its root cause among them).
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ USER_KINDS = frozenset({FindingKind.PYTHON_EXCEPTION})
 #: Findings that only say a rank ended: what killed it decides whether it is a culprit. An abort (SIGABRT) after
 #: the rank's own communication error or watchdog timeout is how NCCL's watchdog ends a victim.
 EXIT_KINDS = frozenset({FindingKind.RANK_EXIT, FindingKind.KILLED, FindingKind.TERMINATED, FindingKind.FATAL_SIGNAL})
-#: The cause named after the kind of the first culprit finding (rule 6); any other kind is a ``rank-crash``.
+#: The cause named after the kind of the first culprit finding (rule 7); any other kind is a ``rank-crash``.
 _EXIT_CAUSES = {
     FindingKind.SEGFAULT: Cause.SEGFAULT,
     FindingKind.KILLED: Cause.RANK_KILLED,
@@ -193,8 +200,9 @@ def _verdict(facts: AttributionFacts) -> Attribution:
 
 
 def deciding_findings(facts: AttributionFacts) -> tuple[LogFinding, ...]:
-    """The log findings ``attribute`` rests its verdict on: those of the first of rules 3-6 that applies (a node
-    failure, the CUDA errors, the code's exceptions, the ranks that died on their own), the deciding one first.
+    """The log findings ``attribute`` rests its verdict on: those of the first of rules 3-7 that applies (a node
+    failure, the CUDA errors, the unreadable checkpoint, the code's exceptions, the ranks that died on their own),
+    the deciding one first.
 
     Empty when a GPU fault or a dead node decides (rules 1-2), or when no log finding does (a hang, victims alone,
     nothing). ``rebound diagnose`` names its root cause among these, so it never contradicts a live recovery.
@@ -208,12 +216,13 @@ def deciding_findings(facts: AttributionFacts) -> tuple[LogFinding, ...]:
 class _Rule(Enum):
     NODE_FAILURE = 3
     CUDA = 4
-    USER = 5
-    CULPRIT = 6
+    CHECKPOINT = 5
+    USER = 6
+    CULPRIT = 7
 
 
 class _LogRule(NamedTuple):
-    """The first of rules 3-6 that applies, and its findings (the deciding one first)."""
+    """The first of rules 3-7 that applies, and its findings (the deciding one first)."""
 
     rule: _Rule
     findings: list[LogFinding]
@@ -225,12 +234,16 @@ def _log_rule(facts: AttributionFacts, ordered: list[LogFinding]) -> _LogRule | 
     cuda = [f for f in ordered if f.kind in GPU_KINDS and f.failure_class is not FailureClass.USER]
     if cuda:
         return _LogRule(_Rule.CUDA, cuda)
+    unreadable = [f for f in ordered if f.kind is FindingKind.CHECKPOINT_LOAD]
+    if unreadable:
+        return _LogRule(_Rule.CHECKPOINT, unreadable)
     # An exception from the code, or a GPU error the code caused (CUDA out of memory, device-side assert).
     # ... and a rank killed for the job's own excess (the host OOM killer, a cgroup limit): restarting repeats it.
     user = [
         f
         for f in ordered
-        if f.kind in USER_KINDS or (f.kind in GPU_KINDS | {FindingKind.KILLED} and f.failure_class is FailureClass.USER)
+        if (f.kind in USER_KINDS and not _symptom_of_a_fatal_signal(f, ordered))
+        or (f.kind in GPU_KINDS | {FindingKind.KILLED} and f.failure_class is FailureClass.USER)
     ]
     if user:
         return _LogRule(_Rule.USER, user)
@@ -243,6 +256,27 @@ def _log_rule(facts: AttributionFacts, ordered: list[LogFinding]) -> _LogRule | 
         if f.culprit and f.kind not in GPU_KINDS | USER_KINDS and not (f.kind in EXIT_KINDS and f.rank in lost_peer)
     ]
     return _LogRule(_Rule.CULPRIT, culprits) if culprits else None
+
+
+def _fatal_signal(f: LogFinding) -> bool:
+    """A rank's process reports that a signal stopped it: a segfault or bus error, an abort, or a DataLoader worker
+    killed by SIGBUS because ``/dev/shm`` is full (a kill the row files as infrastructure, never the job's own OOM)."""
+    return f.culprit and (
+        f.kind in (FindingKind.SEGFAULT, FindingKind.FATAL_SIGNAL)
+        or (f.kind is FindingKind.KILLED and f.failure_class is FailureClass.INFRASTRUCTURE)
+    )
+
+
+def _symptom_of_a_fatal_signal(exception: LogFinding, ordered: list[LogFinding]) -> bool:
+    """``exception`` came after a fatal signal on the same rank (both rank-less: the same output), so it is what the
+    signal left behind (a half-written file, an interrupted call, PIL's fallback printed as the worker died), not the
+    cause. An exception before the signal stays the cause: a rank that raised and then crashed on its way out."""
+    for f in ordered:
+        if f is exception:
+            return False
+        if f.rank == exception.rank and _fatal_signal(f):
+            return True
+    return False
 
 
 def _from_log_rule(rule: _LogRule, facts: AttributionFacts, ordered: list[LogFinding]) -> Attribution:
@@ -263,6 +297,8 @@ def _from_log_rule(rule: _LogRule, facts: AttributionFacts, ordered: list[LogFin
         # The job's own output: a suspicion of its node until the node agent corroborates it (then rule 1 decides).
         culprit = _culprit(first, facts, FailureClass.HARDWARE, Cause.CUDA_ERROR, 0.8, ordered)
         return culprit.model_copy(update={"basis": EvidenceKind.JOB_HW_ERROR})
+    if rule.rule is _Rule.CHECKPOINT:
+        return _checkpoint_unreadable(rule.findings)
     if rule.rule is _Rule.USER:
         return _user_bug(rule.findings, facts)
     crash = _culprit(first, facts, FailureClass.UNKNOWN, _EXIT_CAUSES.get(first.kind, Cause.RANK_CRASH), 0.6, ordered)
@@ -343,6 +379,22 @@ def _user_bug(user: list[LogFinding], facts: AttributionFacts) -> Attribution:
         + ": a restart would fail the same way",
         evidence=_evidence(same[:5]),
         basis=EvidenceKind.CODE,
+    )
+
+
+def _checkpoint_unreadable(findings: list[LogFinding]) -> Attribution:
+    named = next((f.checkpoint for f in findings if f.checkpoint), "")
+    ranks = sorted({f.rank for f in findings if f.rank is not None})
+    return Attribution(
+        failure_class=FailureClass.INFRASTRUCTURE,
+        cause=Cause.CHECKPOINT_UNREADABLE,
+        retryable=False,
+        confidence=0.8,
+        implicated_ranks=tuple(ranks),
+        explanation=f"the job could not read the checkpoint {named or 'it resumes from'}"
+        + (f" (ranks {', '.join(map(str, ranks))})" if ranks else "")
+        + ": a restart would load it again; an older complete checkpoint makes it retryable",
+        evidence=_evidence(findings[:5]),
     )
 
 

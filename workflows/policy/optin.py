@@ -16,7 +16,7 @@ Grammar of the comment (``parse_comment``):
   (a policy name), ``logs`` (absolute glob of the ranks' output, ``%j`` = job id; may repeat or be
   comma-separated), ``hang`` (the job's hang window: ``600``, ``90s``, ``10m``, ``1h``), ``heartbeat``
   (absolute glob of files the ranks touch while alive; like ``logs``), ``stragglers`` (``off``, ``report`` or
-  ``restart``).
+  ``restart``), ``restart`` (``auto``, ``requeue`` or ``resubmit``: ``workflows.policy.restart_strategy``).
 * An unknown key, a bad value, a repeated single-valued key or ``rebound key=value`` without the colon raise
   ``OptInError`` naming the key. The caller treats that as "not opted in" and warns: guessing what a mistyped
   spec meant (``budget=O``) could restart a job its owner wanted left alone.
@@ -59,6 +59,7 @@ KEYS = {
     "hang": "hang_after_s",
     "heartbeat": "heartbeat",
     "stragglers": "stragglers",
+    "restart": "restart",
     "ckpt_fallback": "checkpoint_fallback",
 }
 #: Keys that may repeat or list several comma-separated globs.
@@ -280,6 +281,10 @@ def _value(key: str, value: str) -> object:
     if key == "stragglers":
         if value.lower() not in ("off", "report", "restart"):
             raise OptInError(key, f"expected off, report or restart, got {value!r}")
+        return value.lower()
+    if key == "restart":
+        if value.lower() not in ("auto", "requeue", "resubmit"):
+            raise OptInError(key, f"expected auto, requeue or resubmit, got {value!r}")
         return value.lower()
     if key == "ckpt_fallback":
         if value.lower() not in {f.value for f in CheckpointFallback}:

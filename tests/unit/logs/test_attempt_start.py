@@ -225,3 +225,22 @@ def test_a_file_created_after_the_attempt_started_is_read_from_0(tmp_path: Path)
     assert _texts(lines) == ["loading", "step=1"]
     lines, _ = LogTail([str(log)], attempt_start=_after_the_files()).read_new({})
     assert lines == []
+
+
+def test_anchor_records_where_each_file_ends_and_reads_nothing(tmp_path: Path, no_birth_time: None) -> None:
+    # What JobRecovery records before its first watch: a watch cancelled later then loses no anchor.
+    log = tmp_path / "train.log"
+    _append(log, OLD_CRASH)
+    tail = LogTail([str(tmp_path / "*.log")], attempt_start=_after_the_files())
+    anchored = tail.anchor({})
+    assert positions(anchored) == {str(log): log.stat().st_size}
+    assert tail.anchor(anchored) == anchored  # anchored once: the same offsets again
+
+    _append(log, "RuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+    lines, _ = LogTail([str(tmp_path / "*.log")], attempt_start=_after_the_files()).read_new(anchored)
+    assert _texts(lines) == ["RuntimeError: CUDA error: uncorrectable ECC error encountered"]
+
+
+def test_anchor_without_an_attempt_start_leaves_the_offsets_alone(tmp_path: Path) -> None:
+    _append(tmp_path / "train.log", OLD_CRASH)
+    assert LogTail([str(tmp_path / "*.log")]).anchor({}) == {}

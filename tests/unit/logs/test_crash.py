@@ -247,7 +247,21 @@ def test_every_rule_is_tested_and_extracts_only_known_fields() -> None:
     tested = {rule for _, rule, _ in CASES} | {row for _, row, _, _ in SIGNATURE_CASES}
     assert tested == {r.name for r in CRASH_RULES}
     assert len({r.name for r in CRASH_RULES}) == len(CRASH_RULES)
-    known = {"ranks", "rank", "host", "gpu", "peer_rank", "exit_code", "signal", "exception", "message", "xid", "at"}
+    known = {
+        "ranks",
+        "rank",
+        "host",
+        "gpu",
+        "peer_rank",
+        "exit_code",
+        "signal",
+        "exception",
+        "message",
+        "xid",
+        "at",
+        "checkpoint",
+        "checkpoint_file",
+    }
     for rule in CRASH_RULES:
         assert set(rule.fields) <= known, rule.name
 

@@ -16,6 +16,7 @@ from activities.logs.progress import (
     parse_checkpoint,
     parse_step,
 )
+from activities.logs.progress_rules import CHECKPOINT_WORDS
 from activities.logs.tail import LogTail
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "logs"
@@ -54,6 +55,43 @@ STEPS: list[tuple[str, str, int, int | None, int | None]] = [
     ),
     (" 10%|█         | 120/1200 [00:10<01:30, 12.00it/s]", "tqdm_bar", 120, 1200, None),
     ("0: 2026-11-30T03:40:01Z step=7 loss=1.0", "step", 7, None, None),  # srun --label
+    # NeMo 2 (https://github.com/NVIDIA-BioNeMo/bionemo-recipes/pull/740): global_step, not the epoch's iteration
+    (
+        "Training epoch 0, iteration 120/149 | lr: 3e-05 | consumed_samples: 121 | global_batch_size: 1 | "
+        "global_step: 120 | reduced_train_loss: 1.233 | train_step_timing in s: 0.03146 | val_loss: 4.106",
+        "nemo",
+        120,
+        149,
+        0,
+    ),
+    # NeMo 1's Lightning bar (https://github.com/NVIDIA/NeMo-Framework-Launcher/issues/55)
+    (
+        "Epoch 0:   1%|          | 795/77225 [9:07:58<878:01:48, 41.36s/it, loss=3.1, v_num=, reduced_train_loss=3.090,"
+        " global_step=794.0, consumed_samples=1.63e+6]",
+        "lightning_bar",
+        795,
+        77225,
+        0,
+    ),
+    # nanoGPT (https://github.com/karpathy/nanoGPT/issues/215)
+    ("2023-03-22 09:30:39 iter 2920: loss 3.9883, time 1099.34ms, mfu 15.34%", "nanogpt", 2920, None, None),
+    # DeepSpeed's pipeline engine (its MoE example's log, quoted in a public test script)
+    (
+        "steps: 200 loss: 5.5508 lm loss: 5.5103 moe loss: 0.0405 iter time (s): 0.936 samples/sec: 136.706",
+        "deepspeed_steps",
+        200,
+        None,
+        None,
+    ),
+    # DeepSpeed's throughput timer (https://github.com/deepspeedai/DeepSpeed/issues/3742)
+    (
+        "[2023-07-25 21:03:17,269] [INFO] [timer.py:215:stop] epoch=0/micro_step=34/global_step=34, "
+        "RunningAvgSamplesPerSec=7.864669709950182, CurrSamplesPerSec=8.00912418308922, MemAllocated=59.65GB",
+        "global_step",
+        34,
+        None,
+        0,
+    ),
 ]
 
 
@@ -104,7 +142,7 @@ CHECKPOINTS: list[tuple[str, str, str | None, int | None]] = [
     ("Training from scratch", "none_found", None, None),
     (" successfully loaded checkpoint from /ckpt/gpt [ t 1/1, p 1/1 ] at iteration 1000", "loaded", "/ckpt/gpt", 1000),
     ("Loaded checkpoint '/ckpt/model_epoch3.pt' (epoch 3)", "loaded", "/ckpt/model_epoch3.pt", None),
-    ("Resuming from checkpoint /ckpt/run1/checkpoint-500", "resumed_from", "/ckpt/run1/checkpoint-500", None),
+    ("Resuming from checkpoint /ckpt/run1/checkpoint-500", "resumed_from", "/ckpt/run1/checkpoint-500", 500),
     ("Resuming training from checkpoint: ckpt_42.", "resumed_from", "ckpt_42", None),
     (
         "Restoring states from the checkpoint path at /ckpt/epoch=2-step=3000.ckpt",
@@ -112,9 +150,68 @@ CHECKPOINTS: list[tuple[str, str, str | None, int | None]] = [
         "/ckpt/epoch=2-step=3000.ckpt",
         3000,
     ),
+    # Lightning 1.x (https://github.com/nicolai256/Stable-textual-inversion_win/issues/12)
+    (
+        "Restored all states from the checkpoint file at /content/logs/checkpoints/last.ckpt",
+        "lightning_restore",
+        "/content/logs/checkpoints/last.ckpt",
+        None,
+    ),
+    # Lightning's model summary header (https://github.com/john852517791/pytorch_lightning_FAD/issues/7) and
+    # RichModelSummary's (https://github.com/NVIDIA-BioNeMo/bionemo-recipes/pull/740)
+    (" | Name           | Type             | Params | Mode ", "lightning_summary", None, None),
+    ("  | Name              | Type               | Params", "lightning_summary", None, None),
+    ("┃   ┃ Name                   ┃ Type                   ┃ Params ┃ Mode  ┃", "lightning_summary", None, None),
     ("  Continuing training from checkpoint, will skip to saved global_step", "hf_continue", "", None),
     (" loading checkpoint from /ckpt/gpt at iteration 1000", "loading", "/ckpt/gpt", 1000),
     ("Loading the checkpoint at step 1000.", "loading", "", 1000),
+    # Megatron-LM with torch_dist checkpoints
+    (" loading distributed checkpoint from /ckpt/gpt at iteration 1000", "loading", "/ckpt/gpt", 1000),
+    # DeepSpeed (https://github.com/EleutherAI/gpt-neox/pull/836)
+    (
+        "[2023-04-13 17:49:54,660] [INFO] [torch_checkpoint_engine.py:23:load] [Torch] Loading checkpoint from "
+        "/mnt/329710/ckpt/global_step25000/zero_pp_rank_5_mp_rank_00_optim_states.pt...",
+        "loading",
+        "/mnt/329710/ckpt/global_step25000/zero_pp_rank_5_mp_rank_00_optim_states.pt",
+        25000,
+    ),
+    # nanoGPT's fork GenerRNA (https://github.com/pfnet-research/GenerRNA/issues/7)
+    ("Resuming training from psi_ft/", "nanogpt_resume", "psi_ft/", None),
+    # HF Trainer: trainer.py logs "Loading model from {resume_from_checkpoint}." when it resumes
+    (
+        "[INFO|trainer.py:2195] 2024-03-01 10:12:05,998 >> Loading model from /out/checkpoint-180.",
+        "hf_loading_model",
+        "/out/checkpoint-180",
+        180,
+    ),
+    # (https://github.com/hiyouga/LlamaFactory/issues/1813)
+    (
+        "[INFO|trainer.py:1791] 2023-12-12 10:12:06,000 >>   Continuing training from global step 200000",
+        "hf_global_step",
+        "",
+        200000,
+    ),
+    # MMCV (https://github.com/open-mmlab/mmagic/issues/876)
+    (
+        "load checkpoint from local path: work_dirs/formal_basicvsr_plusplus_360new_cb/iter_90000.pth",
+        "mmcv_load",
+        "work_dirs/formal_basicvsr_plusplus_360new_cb/iter_90000.pth",
+        90000,
+    ),
+    # HF Trainer's banner (https://github.com/deepspeedai/DeepSpeed/issues/3938 shows HF's "[INFO|...] >>" prefix)
+    (
+        "[INFO|trainer.py:1686] 2023-07-25 00:30:11,111 >> ***** Running training *****",
+        "hf_running_training",
+        None,
+        None,
+    ),
+    # torchtitan (its checkpoint manager's completion line)
+    (
+        "[rank0]:[titan] 2025-06-16 22:29:41,101 - root - INFO - Finished loading the checkpoint in 61.68 seconds.",
+        "finished_loading",
+        "",
+        None,
+    ),
 ]
 
 
@@ -124,6 +221,7 @@ def test_checkpoint_formats(text: str, rule: str, loaded: str | None, step: int 
     assert mark is not None
     assert (mark.rule, mark.loaded, mark.step, mark.found) == (rule, loaded, step, loaded is not None)
     assert parse_step(_line(text)) is None  # a checkpoint line is never progress
+    assert any(word in text.lower() for word in CHECKPOINT_WORDS)  # the prefilter lets it through
 
 
 def test_every_rule_is_tested() -> None:

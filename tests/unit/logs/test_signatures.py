@@ -370,15 +370,66 @@ SIGNATURE_CASES: list[tuple[str, str, Category, dict[str, Any]]] = [
         {},
     ),
     ("RuntimeError: Train loss contains a NaN.", "loss_not_finite", C.NAN_LOSS, {}),
+    # nanoGPT (https://github.com/karpathy/nanoGPT/issues/215)
+    ("2023-03-22 09:32:52 iter 3010: loss nan, time 1019.95ms, mfu 14.12%", "loss_not_finite", C.NAN_LOSS, {}),
     ("Epoch(train) [3][1150/5000]  loss_rpn_cls: nan  loss_rpn_bbox: 0.0412", "loss_not_finite", C.NAN_LOSS, {}),
     ("Batch 412: Invalid loss, terminating training", "nan_loss", C.NAN_LOSS, {}),
     ("Detected inf/nan during batch_number=0", "nan_loss", C.NAN_LOSS, {}),
     ("OSError: [Errno 28] No space left on device", "checkpoint_io", C.CHECKPOINT_IO_ERROR, {"exception": "OSError"}),
+    # Reading the checkpoint failed: its own row, the load's kind (not the code's).
     (
         "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
-        "checkpoint_io",
+        "checkpoint_load",
+        C.CHECKPOINT_IO_ERROR,
+        {"exception": "RuntimeError"},
+    ),
+    (
+        "RuntimeError: [enforce fail at inline_container.cc:144] . PytorchStreamReader failed reading zip archive: "
+        "failed finding central directory",  # https://github.com/open-mmlab/mmdetection/issues/4835
+        "checkpoint_load",
         C.CHECKPOINT_IO_ERROR,
         {},
+    ),
+    ("EOFError: Ran out of input", "checkpoint_load", C.CHECKPOINT_IO_ERROR, {"exception": "EOFError"}),
+    ("_pickle.UnpicklingError: invalid load key, '\\x00'.", "checkpoint_load", C.CHECKPOINT_IO_ERROR, {}),
+    (
+        "RuntimeError: unexpected EOF, expected 1617891 more bytes. The file might be corrupted.",
+        "checkpoint_load",
+        C.CHECKPOINT_IO_ERROR,
+        {},
+    ),
+    (
+        "safetensors_rust.SafetensorError: Error while deserializing header: MetadataIncompleteBuffer",
+        "checkpoint_load",
+        C.CHECKPOINT_IO_ERROR,
+        {"exception": "safetensors_rust.SafetensorError"},
+    ),
+    (
+        "FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/step-1000/.metadata'",
+        "checkpoint_load",
+        C.CHECKPOINT_IO_ERROR,
+        {"exception": "FileNotFoundError"},
+    ),
+    (
+        "FileNotFoundError: [Errno 2] No such file or directory: "
+        "'/ckpt/global_step10/zero_pp_rank_3_mp_rank_00_optim_states.pt'",
+        "checkpoint_load",
+        C.CHECKPOINT_IO_ERROR,
+        {},
+    ),
+    (
+        "ValueError: Can't find a valid checkpoint at /out/checkpoint-180",
+        "checkpoint_load",
+        C.CHECKPOINT_IO_ERROR,
+        {"exception": "ValueError"},
+    ),
+    ("could not load the checkpoint", "checkpoint_load", C.CHECKPOINT_IO_ERROR, {}),
+    # A file the code names that is not part of a checkpoint's layout stays the code's.
+    (
+        "FileNotFoundError: [Errno 2] No such file or directory: '/data/train.jsonl'",
+        "python_exception",
+        C.USER_EXCEPTION,
+        {"exception": "FileNotFoundError"},
     ),
     (
         "PermissionError: [Errno 13] Permission denied: '/checkpoints/run7/step_1000.pt'",
@@ -842,3 +893,48 @@ def test_regexes_are_fast_on_long_junk() -> None:
     match(prep.body)
     assert time.perf_counter() - started < 2.0
     assert all(isinstance(s.pattern, re.Pattern) for s in SIGNATURES)
+
+
+# Coloured error lines as loggers that think they write to a terminal leave them in the file Slurm writes. loguru's
+# colorized format (loguru issues #26, #301: green time, level in its colour, cyan name:function:line, the message in
+# the level's colour; ERROR is red + bold), rich's traceback (the exception type in bold red, numbers in the message
+# highlighted in bold cyan), a C++ logger's 256-colour level (flexi_logger issue #33: ``\x1b[1;38;5;196mERROR``).
+_GREEN, _CYAN, _RED, _BOLD, _RESET = "\x1b[32m", "\x1b[36m", "\x1b[31m", "\x1b[1m", "\x1b[0m"
+COLOURED_CASES = [
+    (
+        f"3: {_GREEN}2024-05-01 10:00:00.103{_RESET} | {_RED}{_BOLD}ERROR   {_RESET} | {_CYAN}__main__{_RESET}:"
+        f"{_CYAN}train{_RESET}:{_CYAN}42{_RESET} - {_RED}{_BOLD}torch.OutOfMemoryError: CUDA out of memory. Tried to "
+        f"allocate 2.00 GiB. GPU 2 has a total capacity of 79.15 GiB{_RESET}",
+        "cuda_oom",
+        3,
+    ),
+    (
+        "[rank5]: \x1b[1;31mtorch.AcceleratorError: \x1b[0mCUDA error: an illegal memory access was encountered",
+        "cuda_illegal_address",
+        5,
+    ),
+    (
+        "\x1b[1;31mtorch.distributed.DistBackendError: \x1b[0mNCCL error in: ../torch/csrc/distributed/c10d/"
+        "NCCLUtils.hpp:\x1b[1;36m275\x1b[0m, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL "
+        "version \x1b[1;36m2.20.5\x1b[0m",
+        "nccl_system_error",
+        None,
+    ),
+    (
+        "\x1b[1;38;5;196mERROR\x1b[0m [trainer] \x1b[1;38;5;196mRuntimeError: CUDA error: misaligned address\x1b[0m",
+        "cuda_illegal_address",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "row", "rank"), COLOURED_CASES, ids=[c[1] for c in COLOURED_CASES])
+def test_coloured_lines_match_as_their_plain_text(text: str, row: str, rank: int | None) -> None:
+    prep = prepare(text)
+    assert "\x1b" not in prep.body
+    hit = match(prep.body)
+    assert hit is not None and hit.signature.id == row, text
+    assert prep.rank == rank
+    # The same line without colours reads the same: colours change nothing.
+    plain = prepare(re.sub(r"\x1b\[[0-9;]*m", "", text))
+    assert (plain.body, plain.rank) == (prep.body, prep.rank)

@@ -51,6 +51,17 @@ TIMES: list[tuple[str, str, int, float | None, float | None]] = [
         None,
     ),
     (" 10%|█         | 120/1200 [00:10<01:30, 12.50it/s]", "bar_rate", 120, 0.08, None),
+    # NeMo 2 (https://github.com/NVIDIA-BioNeMo/bionemo-recipes/pull/740)
+    (
+        "Training epoch 0, iteration 120/149 | lr: 3e-05 | consumed_samples: 121 | global_batch_size: 1 | "
+        "global_step: 120 | reduced_train_loss: 1.233 | train_step_timing in s: 0.03146 | val_loss: 4.106",
+        "nemo",
+        120,
+        0.03146,
+        None,
+    ),
+    # DeepSpeed's pipeline engine prints "steps: {global_steps} loss: ... iter time (s): ... samples/sec: ...".
+    ("steps: 10 loss: 0.6931 iter time (s): 0.123 samples/sec: 260.163", "deepspeed_iter_time", 10, 0.123, None),
 ]
 
 
@@ -72,7 +83,6 @@ def test_every_time_rule_is_tested() -> None:
     "text",
     [
         "step=120 loss=0.41",  # no time at all
-        " 0%|          | 0/1200 [00:00<?, ?it/s]",  # tqdm before its first rate
         " 1%|          | 1/1200 [00:00<00:00, 0.00it/s]",  # a zero rate is no duration
         "step=3 step_time=0.215sec",  # unknown unit: nothing rather than a wrong number
         "step=3 step_time=1e99s",  # beyond any real step
@@ -85,6 +95,10 @@ def test_no_time(text: str) -> None:
     mark = parse_step(_line(text))
     assert mark is not None
     assert (mark.step_time_s, mark.compute_time_s) == (None, None)
+
+
+def test_a_bar_before_its_first_rate_is_no_step() -> None:
+    assert parse_step(_line(" 0%|          | 0/1200 [00:00<?, ?it/s]")) is None
 
 
 def test_deepspeed_timer_lines_are_neither_steps_nor_times() -> None:

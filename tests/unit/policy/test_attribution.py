@@ -148,3 +148,45 @@ def test_facts_from_findings_place_ranks_and_failed_nodes() -> None:
     assert built.rank_nodes == {0: "n2", 1: "n1", 2: "n2", 3: "n2"}  # rank 0's own line names its node
     assert (list(built.node_failure_nodes), list(built.ranks_logging)) == (["n2"], [1, 3])
     assert attribute(built).cause == "node-failure"
+
+
+def _bus_error(rank: int | None, order: int) -> LogFinding:
+    """A DataLoader worker's own report that SIGBUS stopped it (/dev/shm full): the shm_exhausted row."""
+    return LogFinding(
+        kind="killed",
+        rank=rank,
+        order=order,
+        culprit=True,
+        failure_class=FailureClass.INFRASTRUCTURE,
+        text="ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory",
+    )
+
+
+def _exception(rank: int | None, order: int, name: str = "AttributeError") -> LogFinding:
+    return LogFinding(
+        kind="python_exception", rank=rank, order=order, culprit=True, exception=name, failure_class=FailureClass.USER
+    )
+
+
+def test_an_exception_after_its_ranks_bus_error_is_the_signals_symptom() -> None:
+    # corpus bus_error-02 (DCPDN issue 58): the worker died of SIGBUS; PIL's internal AttributeError printed after it
+    # is what the dying worker left, not the code's bug. The bus error decides, and a restart may help.
+    bus, exc = _bus_error(None, 0), _exception(None, 1)
+    a = attribute(facts(findings=[bus, exc]))
+    assert (a.cause, a.retryable) == ("rank-killed", True)
+    assert deciding_findings(facts(findings=[bus, exc])) == (bus,)
+    segv = LogFinding(kind="segfault", rank=2, order=0, culprit=True, text="Fatal Python error: Segmentation fault")
+    a = attribute(facts(findings=[segv, _exception(2, 1)]))
+    assert (a.cause, a.retryable, a.implicated_nodes) == ("segfault", True, ("n2",))
+
+
+def test_an_exception_before_the_signal_or_on_another_rank_stays_the_codes_bug() -> None:
+    # Raised, then crashed on the way out: the exception is the cause and the signal its consequence.
+    a = attribute(facts(findings=[_exception(1, 0, "KeyError"), _bus_error(1, 1)]))
+    assert (a.cause, a.retryable) == ("user-bug", False)
+    # Another rank's signal says nothing of this rank's exception.
+    a = attribute(facts(findings=[_bus_error(0, 0), _exception(3, 1, "KeyError")]))
+    assert (a.cause, a.retryable) == ("user-bug", False)
+    # A rank the host OOM killer took for the job's own excess is no fatal signal of the node's.
+    oom = LogFinding(kind="killed", rank=1, order=0, culprit=True, failure_class=FailureClass.USER)
+    assert attribute(facts(findings=[oom, _exception(1, 1)])).cause == "user-bug"

@@ -29,7 +29,7 @@ base="$dir/$tool.$n"
 exit "$(cat "$base.rc" 2>/dev/null || echo 0)"
 """
 
-TOOLS = ("squeue", "sinfo", "scontrol")
+TOOLS = ("squeue", "sinfo", "scontrol", "sbatch")
 
 
 class FakeSlurmBin:

@@ -40,7 +40,7 @@ async def test_every_method_goes_to_its_side() -> None:
 def test_public_names_are_curated() -> None:
     import importlib
 
-    for name in ("cli", "errors", "guarded", "hostlist", "parse", "port", "pyslurm_adapter", "rest"):
+    for name in ("cli", "errors", "guarded", "hostlist", "parse", "port", "pyslurm_adapter", "rest", "submission"):
         module = importlib.import_module(f"activities.slurm.{name}")
         exported = list(module.__all__)
         assert exported == sorted(exported), name
