@@ -1,6 +1,8 @@
 """Node agent side of GPU fault detection: push every new GPU event to the workflows of the jobs on this node.
 
 Monitors publish, workflows act: the agent only reports (a signal per affected job); the job's workflow decides.
+A fault NVIDIA's catalogue puts on the node (reset the GPU, drain) also goes to the cluster's Fleet, which drains the
+node when it already holds a suspicion (a rank that died there earlier with no hardware evidence; ADR 008).
 Pushing, rather than having every workflow poll every node, is what makes detection take a fraction of a second.
 """
 
@@ -15,13 +17,17 @@ from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.gpu.port import GpuSource
+from activities.gpu.xid_catalog import default_xid_catalog
 from activities.slurm.port import SchedulerReads
 from activities.slurm.submission import token_in
-from activities.temporal.rebound_workflows import lineage_workflow_id, report_gpu_fault
+from activities.temporal.rebound_workflows import lineage_workflow_id, report_gpu_fault, report_node_gpu_fault
 from workflows.constants import GPU_FAULT_REPORTED_SIGNAL
 from workflows.domain.errors import ReboundError
-from workflows.domain.gpu import GpuEvent, GpuEventKind
+from workflows.domain.fleet import NodeGpuFault
+from workflows.domain.gpu import GpuEvent, GpuEventKind, XidCatalog
 from workflows.domain.slurm import JobState, SlurmJob
+from workflows.policy.fleet.late_fault import NODE_LEVEL_ACTIONS
+from workflows.policy.gpu_event_rules import event_findings
 
 log = logging.getLogger("rebound.node_agent.gpu_push")
 
@@ -68,6 +74,17 @@ async def push_gpu_events(
             await asyncio.wait_for(stop.wait(), timeout=poll_s)
 
 
+def node_level_fault(event: GpuEvent, node: str, catalog: XidCatalog) -> NodeGpuFault | None:
+    """The event as the node's fault (the catalogue says reset the GPU or drain), or None (the job's to handle)."""
+    findings = event_findings(event, catalog, pinned=event.index is not None)
+    if not findings:
+        return None
+    worst = max(findings, key=lambda f: f.action.rank)
+    if worst.action not in NODE_LEVEL_ACTIONS:
+        return None
+    return NodeGpuFault(node=node, event=event, action=worst.action, finding=worst.reason)
+
+
 async def _push_to_lineage(event: GpuEvent, job: SlurmJob, client: Client, cluster: str) -> None:
     token = token_in(job.comment)
     if token is None:
@@ -82,6 +99,17 @@ async def _push_to_lineage(event: GpuEvent, job: SlurmJob, client: Client, clust
 
 
 async def _push(event: GpuEvent, scheduler: SchedulerReads, client: Client, cluster: str, node: str) -> None:
+    try:
+        fault = node_level_fault(event, node, default_xid_catalog())
+    except ReboundError as e:  # the packaged catalogue unreadable: the jobs are still told
+        log.warning("cannot read the XID catalogue to judge %s on %s: %s", event.kind.value, node, e)
+        fault = None
+    if fault is not None:
+        try:
+            await report_node_gpu_fault(client, cluster, fault)
+        except RPCError as e:  # NOT_FOUND: no Fleet runs (nothing suspected); anything else is logged
+            if e.status is not RPCStatusCode.NOT_FOUND:
+                log.warning("signal to the Fleet failed: %s", e)
     try:
         jobs = affected_jobs(await scheduler.list_jobs(), node, event)
     except ReboundError as e:

@@ -31,6 +31,7 @@ __all__ = [
     "DRAIN_REASON_PREFIX",
     "FLEET_WORKFLOW",
     "GPU_FAULT_REPORTED_SIGNAL",
+    "NODE_GPU_FAULT_SIGNAL",
     "IMPLICATED_NODES",
     "ISOLATION_DECIDED_SIGNAL",
     "JOB_ID",
@@ -78,6 +79,8 @@ NODE_GPU_HEALTH_WORKFLOW = "NodeGpuHealth"
 STATUS_QUERY = "status"
 #: JobRecovery signal: a node agent saw a GPU fault on one of the job's nodes (``GpuEvent``).
 GPU_FAULT_REPORTED_SIGNAL = "gpu_fault_reported"
+#: A node agent to the Fleet: a node-level GPU fault (``NodeGpuFault``), for nodes that hold a suspicion.
+NODE_GPU_FAULT_SIGNAL = "node_gpu_fault_reported"
 #: JobRecovery signal: the Fleet's answer to an isolation request (``IsolationDecision``).
 ISOLATION_DECIDED_SIGNAL = "isolation_decided"
 #: JobRecovery updates: stop and restart monitoring (``PauseRequest`` -> ``JobRecoveryStatus``).

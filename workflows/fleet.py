@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         ANSWER_APPROVAL_UPDATE,
         FLEET_WORKFLOW,
         ISOLATION_DECIDED_SIGNAL,
+        NODE_GPU_FAULT_SIGNAL,
         PENDING_APPROVAL,
         REQUEST_ISOLATION_SIGNAL,
         RESET_BREAKER_UPDATE,
@@ -52,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         IsolationDecision,
         IsolationRequest,
         ModeChange,
+        NodeGpuFault,
         NodeLifecycle,
         NodeRecord,
     )
@@ -66,6 +68,8 @@ with workflow.unsafe.imports_passed_through():
 #: Requests on the ``exclude`` rung record suspicions instead of drains (histories from before read every request
 #: as a drain request, as they were decided).
 FLEET_SUSPICIONS_PATCH = "fleet-suspicions"
+#: A node-level GPU fault on a suspected node escalates the suspicion to a drain request (no history before had one).
+FLEET_LATE_GPU_FAULT_PATCH = "fleet-late-gpu-fault"
 
 #: Wake up at least this often to expire approvals and run health checks.
 _MAX_SLEEP_S = 60.0
@@ -83,6 +87,7 @@ class FleetWorkflow:
             cluster=inp.cluster, mode=inp.policy.mode, canary_partition=inp.policy.canary_partition
         )
         self._queue: list[IsolationRequest] = []
+        self._faults: list[NodeGpuFault] = []
         self._answered = 0  # bumps on every operator answer, so the loop wakes up
         self._cluster_nodes = 0
         self._published: list[str] | None = None
@@ -95,6 +100,13 @@ class FleetWorkflow:
     def request_isolation(self, req: IsolationRequest) -> None:
         if all(r.request_id != req.request_id for r in self._queue):
             self._queue.append(req)
+
+    @workflow.signal(
+        name=NODE_GPU_FAULT_SIGNAL,
+        description="A node agent saw a GPU fault the XID catalogue puts on its node: a suspected node is drained.",
+    )
+    def node_gpu_fault_reported(self, fault: NodeGpuFault) -> None:
+        self._faults.append(fault)
 
     @workflow.query(
         name=STATUS_QUERY, description="Nodes, breaker, mode, pending and recent approvals, recent decisions."
@@ -162,13 +174,29 @@ class FleetWorkflow:
             await self._expire_approvals()
             while self._queue:
                 await self._handle(self._queue.pop(0))
+            while self._faults:
+                await self._late_fault(self._faults.pop(0))
             await self._health_checks()
             self._publish_pending()
-            if workflow.info().is_continue_as_new_suggested() and not self._queue:
+            if workflow.info().is_continue_as_new_suggested() and not self._queue and not self._faults:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._inp.model_copy(update={"carried": self._state}))
 
-    async def _handle(self, req: IsolationRequest) -> None:
+    async def _late_fault(self, fault: NodeGpuFault) -> None:
+        """A node-level GPU fault: a node that holds a suspicion gets a drain request naming both (normal rules)."""
+        if not workflow.patched(FLEET_LATE_GPU_FAULT_PATCH):
+            return
+        now, fleet_id = workflow.now(), workflow.info().workflow_id
+        escalated = policy.late_fault_escalation(self._state, fault, self._policy, now, fleet_id)
+        if escalated is None:
+            workflow.logger.info("GPU fault on %s: no suspicion to escalate (%s)", fault.node, fault.finding)
+            return
+        req, why = escalated
+        if policy.find_decision(self._state, req.request_id) is None:  # one escalation per suspicion
+            await self._handle(req, why=why)
+
+    async def _handle(self, req: IsolationRequest, *, why: str = "") -> None:
+        """Decide one request and carry it out; ``why`` leads the reasons (an escalation says what it joins)."""
         done = policy.find_decision(self._state, req.request_id)
         if done is not None:
             await self._reply(req, done)  # a retried request: the same answer again
@@ -182,7 +210,7 @@ class FleetWorkflow:
         self._state = policy.clear_stale_suspects(self._state, self._policy, now)
         self._state = policy.note_incident(self._state, req, now, self._policy)
         verdict = policy.decide_isolation(self._state, req, self._policy, view, now)
-        reasons = list(verdict.reasons)
+        reasons = [why, *verdict.reasons] if why else list(verdict.reasons)
         drained: list[str] = []
         approvals: list[str] = []
         if verdict.act:
@@ -191,7 +219,7 @@ class FleetWorkflow:
                     drained.append(node)
             if verdict.hold:
                 self._state, approval = policy.open_approval(
-                    self._state, ApprovalKind.DRAIN, req, verdict.hold, verdict.reasons, self._policy, now
+                    self._state, ApprovalKind.DRAIN, req, verdict.hold, tuple(reasons), self._policy, now
                 )
                 approvals.append(approval.id)
                 self._publish_pending()  # findable in the UI at once, not after this round's health checks
@@ -342,7 +370,7 @@ class FleetWorkflow:
 
     # ----- helpers -------------------------------------------------------------------------------------------------
     def _woken(self, seen: int) -> Callable[[], bool]:
-        return lambda: bool(self._queue) or self._answered != seen
+        return lambda: bool(self._queue) or bool(self._faults) or self._answered != seen
 
     async def _view(self) -> ClusterSnapshot:
         view: ClusterSnapshot = await workflow.execute_activity_method(
@@ -352,6 +380,8 @@ class FleetWorkflow:
         return view
 
     async def _reply(self, req: IsolationRequest, decision: IsolationDecision) -> None:
+        if not req.reply_to:
+            return  # the Fleet's own escalation: no JobRecovery waits for it
         handle = workflow.get_external_workflow_handle(req.reply_to)
         try:
             await handle.signal(ISOLATION_DECIDED_SIGNAL, decision)

@@ -71,6 +71,7 @@ class SlurmActionActivities:
             exclude=inp.exclude,
             previous_nodes=inp.previous_nodes,
             expected_restart_count=inp.expected_restart_count,
+            user_excluded=inp.user_excluded,
         )
         with classified_errors():
             restart = await self._scheduler.restart_excluding(request)
@@ -97,15 +98,19 @@ class SlurmActionActivities:
 def _verify_requeued(inp: RequeueInput, fresh: SlurmJob | None) -> None:
     """The fresh observation must show a successor (pending, or running again), kept off the implicated nodes.
 
-    A pending successor must carry the exclusion. A running one (Slurm itself requeued it after a node failure
-    and started it before we could exclude anything) must simply not be on an implicated node: those are
-    drained or down, so Slurm cannot have placed it there, and this check proves it.
+    A pending successor must carry the exclusion (exactly the owner's plus ``inp.exclude`` when the owner's is
+    known: a stale exclusion still there means the change is not visible yet). A running one (Slurm itself
+    requeued it after a node failure and started it before we could exclude anything) must simply not be on an
+    implicated node: those are drained or down, so Slurm cannot have placed it there, and this check proves it.
     """
     if fresh is None or fresh.state not in WAITING_OR_RUNNING:
         raise ReboundError(
             FailureKind.SCHEDULER_BUSY, f"job {inp.job_id} is {fresh.state.value if fresh else 'gone'} after requeue"
         )
-    excluded = set(inp.exclude) <= set(fresh.excluded_nodes)
+    if inp.user_excluded is None:
+        excluded = set(inp.exclude) <= set(fresh.excluded_nodes)
+    else:
+        excluded = set(fresh.excluded_nodes) == set(inp.user_excluded) | set(inp.exclude)
     kept_off = fresh.state is JobState.RUNNING and not set(inp.exclude) & set(fresh.nodes)
     # A running job counts only as a successor (restart count moved); a pending one is a successor by nature.
     counted = fresh.state is JobState.PENDING or fresh.restart_count > inp.expected_restart_count

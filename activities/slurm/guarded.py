@@ -21,7 +21,7 @@ from activities.slurm.submission import sbatch_arguments, token_in
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.slurm import JobState, NodeBaseState, SlurmJob, SlurmNode
 
-__all__ = ["GuardedActions", "HELD_REASONS", "SlurmCallError", "WAITING_OR_RUNNING", "is_held"]
+__all__ = ["GuardedActions", "HELD_REASONS", "SlurmCallError", "WAITING_OR_RUNNING", "is_held", "wanted_exclusion"]
 
 #: ``state_reason`` of a held job: ``requeuehold``/``uhold`` give JobHeldUser, ``hold`` JobHeldAdmin (verified).
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
@@ -259,7 +259,7 @@ class GuardedActions(ABC):
             raise ReboundError(FailureKind.SCHEDULER_BUSY, f"job {job_id} is {job.state.value}; not pending yet")
         start_now = False  # already running again (an earlier attempt released it)
         if job.state is JobState.PENDING:
-            wanted = tuple(sorted(set(job.excluded_nodes) | set(request.exclude)))
+            wanted = wanted_exclusion(request, job)
             if set(wanted) != set(job.excluded_nodes):
                 await self.set_excluded_nodes(job_id, wanted)
             start_now = bool(request.previous_nodes) and set(request.previous_nodes) <= set(wanted)
@@ -327,6 +327,15 @@ class GuardedActions(ABC):
         if node is None:
             raise ReboundError(FailureKind.NODE_NOT_FOUND, f"node {name} is not part of the cluster")
         return node
+
+
+def wanted_exclusion(request: RestartRequest, job: SlurmJob) -> tuple[str, ...]:
+    """The exclusion a restarted job must carry: its owner's plus ``request.exclude`` (sorted, no repeats).
+
+    Without a recorded owner's exclusion, what the job excludes now stands in for it (nothing is ever dropped).
+    """
+    kept = job.excluded_nodes if request.user_excluded is None else request.user_excluded
+    return tuple(sorted(set(kept) | set(request.exclude)))
 
 
 def _needs_resume(node: SlurmNode) -> bool:

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from activities.slurm.errors import bad_response, raise_for_api_errors
+from activities.slurm.gres import gpu_count, job_gpus_per_node
 from activities.slurm.hostlist import HostlistError, expand
 from workflows.domain.errors import ReboundError
 from workflows.domain.slurm import JobState, NodeBaseState, SlurmJob, SlurmNode
@@ -161,6 +162,8 @@ def parse_job(item: object, *, source: str = "squeue --json") -> SlurmJob:
         start_time=None if state is JobState.PENDING else epoch_to_datetime(f.number("start_time")),
         end_time=epoch_to_datetime(f.number("end_time")) if ended else None,
         tres_per_node=f.text("tres_per_node"),
+        gpus_per_node=None if f.raw("tres_per_node") is None else job_gpus_per_node(f.text),
+        cpus_per_node=0 if f.text("cpus_per_tres") else f.number("minimum_cpus_per_node") or 0,  # see gres.py
         array_job_id=array_job_id,
         array_task_id=array_task_id,
         het_job_id=het_job_id,
@@ -236,6 +239,7 @@ def parse_node(item: object, *, source: str = "sinfo --json") -> SlurmNode:
         gres_used=f.text("gres_used"),
         cpus=f.number("cpus") or 0,
         alloc_cpus=f.number("alloc_cpus") or 0,
+        gpus=None if f.raw("gres") is None else gpu_count(f.text("gres")),
     )
 
 
@@ -393,9 +397,8 @@ class _Fields:
         raise self._wrong(key, value, "a boolean")
 
     def hostlist(self, key: str) -> tuple[str, ...]:
-        text = self.text(key)
         try:
-            return expand(text)
+            return expand(self.text(key))
         except HostlistError as e:
             raise _bad(self.source, f"{self.what}: '{key}' is not a hostlist: {e}") from e
 

@@ -33,13 +33,14 @@ Contract of every adapter:
     requeue) can be changed: a running job -> ``SCHEDULER_REJECTED``, a race with its start -> ``SCHEDULER_BUSY``.
   - ``release_job``: a job that is not held, or already running, is left alone. It releases any hold, an
     operator's ``scontrol hold`` (``JobHeldAdmin``) included: callers that care check ``state_reason`` first.
-  - ``restart_excluding``: restart a job under its id, kept off the given nodes. A restart already done (the
-    restart count moved past the expected one, or the job is pending) is not done again; a cancelled job is
-    never brought back. Each backend does it its own way: the Slurm adapters (``guarded.GuardedActions``) with
+  - ``restart_excluding``: restart a job under its id, kept off the given nodes (with ``user_excluded``: exactly
+    the owner's exclusion plus those nodes, stale ones dropped; without: those nodes added). A restart already
+    done (the restart count moved past the expected one, or the job is pending) is not done again; a cancelled
+    job is never brought back. Each backend does it its own way: the Slurm adapters (``guarded.GuardedActions``) with
     the 22.05 sequence of ADR 009, verified, about 1 s from requeue to RUNNING elsewhere::
 
         requeue_job(job_id, hold=True, expected_restart_count=n)   # COMPLETING, then PENDING/JobHeldUser
-        set_excluded_nodes(job_id, bad_nodes)                      # cannot race the job's restart
+        set_excluded_nodes(job_id, user_excluded + bad_nodes)      # cannot race the job's restart
         release_job(job_id, start_now=old_nodes <= set(bad_nodes)) # see release_job: credentials
 
   - ``read_submission``: a read, with the actions because only a backend that can submit needs it: the job's
@@ -79,7 +80,11 @@ class RestartRequest(Frozen):
 
     job_id: int
     exclude: tuple[str, ...] = ()
-    """Nodes the restarted job must not run on, added to those it already excludes."""
+    """Nodes the restarted job must not run on."""
+    user_excluded: tuple[str, ...] | None = None
+    """The job's own exclusion (its owner's, as first seen). When given, the restarted job excludes exactly these
+    plus ``exclude``, so exclusions of earlier restarts that are no longer wanted are dropped and the owner's never
+    are; None adds ``exclude`` to whatever the job already excludes."""
     previous_nodes: tuple[str, ...] = ()
     """The nodes of the run that failed: the restart may start at once only when all of them are excluded."""
     expected_restart_count: int

@@ -32,6 +32,7 @@ from workflows.constants import (
     GPU_FAULT_REPORTED_SIGNAL,
     JOB_ID,
     JOB_RECOVERY_WORKFLOW,
+    NODE_GPU_FAULT_SIGNAL,
     NODE_GPU_HEALTH_WORKFLOW,
     PAUSE_UPDATE,
     REQUEST_ISOLATION_SIGNAL,
@@ -54,6 +55,7 @@ from workflows.domain.fleet import (
     FleetStatus,
     IsolationRequest,
     ModeChange,
+    NodeGpuFault,
 )
 from workflows.domain.gpu import GpuEvent, NodeGpuHealthInput, NodeGpuHealthResult
 from workflows.domain.recovery import JobRecoveryInput, JobRecoveryStatus, PauseRequest
@@ -68,6 +70,7 @@ __all__ = [
     "query_job_status",
     "read_node_gpu_health",
     "report_gpu_fault",
+    "report_node_gpu_fault",
     "reset_breaker",
     "resume_job",
     "set_mode",
@@ -246,6 +249,11 @@ async def lineage_workflow_id(client: Client, cluster: str, job_id: int, token: 
 async def report_gpu_fault(client: Client, cluster: str, job_id: int, event: GpuEvent) -> None:
     """Tell job ``job_id``'s JobRecovery that a node agent saw ``event`` on one of its nodes."""
     await client.get_workflow_handle(job_workflow_id(cluster, job_id)).signal(GPU_FAULT_REPORTED_SIGNAL, event)
+
+
+async def report_node_gpu_fault(client: Client, cluster: str, fault: NodeGpuFault) -> None:
+    """Tell the cluster's Fleet that a node agent saw a node-level GPU fault (a suspected node is then drained)."""
+    await client.get_workflow_handle(fleet_workflow_id(cluster)).signal(NODE_GPU_FAULT_SIGNAL, fault)
 
 
 async def _job_update(client: Client, cluster: str, job_id: int, update: str, req: PauseRequest) -> JobRecoveryStatus:

@@ -1,6 +1,7 @@
 """Suspicions end to end on the dev server with the FakeScheduler: a rank crash excludes its node
 for the job and drains nothing; the same node implicated again by another job is drained, both incidents named;
-the job's exclusion stands across its restarts; an exclusion that would leave the job unplaceable is not made."""
+the job's exclusion stands across its restarts; an exclusion that would leave the job unplaceable is not made;
+a late node-level GPU fault on a suspected node drains it, naming the suspicion and the fault."""
 
 from __future__ import annotations
 
@@ -12,11 +13,17 @@ from pathlib import Path
 import pytest_asyncio
 from temporalio.client import Client
 
+from activities.gpu.xid_catalog import default_xid_catalog
 from activities.slurm.port import RestartRequest
 from tests.workflows.test_job_recovery import Handle, Harness, until
+from workers.gpu_push import node_level_fault
 from workers.jobs_cli import render_timeline
+from workflows.constants import NODE_GPU_FAULT_SIGNAL, fleet_workflow_id
+from workflows.domain.fleet import IsolationDecision
+from workflows.domain.gpu import GpuAction, GpuEvent, GpuEventKind
 from workflows.domain.incident import ActionKind, ActionRung
 from workflows.domain.recovery import JobRecoveryStatus, RecoveryState
+from workflows.fleet import FleetWorkflow
 
 
 @pytest_asyncio.fixture
@@ -99,6 +106,39 @@ async def test_the_jobs_exclusion_stands_across_its_restarts(h: Harness) -> None
     await handle.terminate()
 
 
+async def test_the_restart_keeps_the_owners_exclusion_and_drops_stale_ones(h: Harness) -> None:
+    job = h.sched.submit(h.nodes[:2])
+    # The owner submitted with --exclude=<4th node>: recorded when Rebound first sees the job.
+    h.sched.jobs[job.job_id] = h.sched.jobs[job.job_id].model_copy(update={"excluded_nodes": (h.nodes[3],)})
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    # Later, an exclusion Rebound does not stand by shows on the job (left by an earlier restart).
+    h.sched.jobs[job.job_id] = h.sched.jobs[job.job_id].model_copy(update={"excluded_nodes": (h.nodes[2], h.nodes[3])})
+    crash(h, job.job_id, 1, h.nodes[1])
+    await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
+    requests = [r for c in h.sched.calls if c.method == "restart_excluding" for r in c.args[:1]]
+    asked = [(r.exclude, r.user_excluded) for r in requests if isinstance(r, RestartRequest)]
+    assert asked == [((h.nodes[1],), (h.nodes[3],))]
+    assert set(h.sched.jobs[job.job_id].excluded_nodes) == {h.nodes[1], h.nodes[3]}
+    await handle.terminate()
+
+
+async def test_the_placement_check_uses_the_nodes_gpus_and_cpus(h: Harness) -> None:
+    for name, gpus in zip(h.nodes, (4, 4, 2, 2), strict=True):  # the last two cannot hold a 4-GPU node of the job
+        h.sched.nodes[name] = h.sched.nodes[name].model_copy(update={"gpus": gpus, "cpus": 32})
+    job = h.sched.submit(h.nodes[:2])
+    h.sched.jobs[job.job_id] = h.sched.jobs[job.job_id].model_copy(update={"gpus_per_node": 4, "cpus_per_node": 8})
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    crash(h, job.job_id, 1, h.nodes[1])
+    st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
+    assert restarts(h, job.job_id) == [()]  # a rough count (3 placeable nodes left) would have excluded it
+    notes = fleet_notes(st, 1)
+    assert f"{h.nodes[1]}: not excluded: the job needs 2 nodes with 4 GPUs, 8 CPUs" in notes
+    assert "placement checked per node: 4 GPUs, 8 CPUs each" in notes
+    await asyncio.wait_for(handle.terminate(), 10)
+
+
 async def test_an_exclusion_that_leaves_the_job_unplaceable_is_not_made(h: Harness) -> None:
     job = h.sched.submit(h.nodes)  # every node of the cluster
     handle = await h.start(job.job_id)
@@ -109,5 +149,57 @@ async def test_an_exclusion_that_leaves_the_job_unplaceable_is_not_made(h: Harne
     assert drains(st, 1) == [] and not h.sched.nodes[h.nodes[1]].is_drained
     notes = fleet_notes(st, 1)
     assert f"{h.nodes[1]}: not excluded: the job needs 4 nodes" in notes and "restarted without this exclusion" in notes
+    assert "placement check was rough" in notes  # the fake's nodes and job say nothing of GPUs or CPUs
     assert not [e for e in st.timeline if e.event == "EXCLUDED"]
     await asyncio.wait_for(handle.terminate(), 10)
+
+
+async def fleet_decision(h: Harness, request_id: str, timeout: float = 20) -> IsolationDecision:
+    fleet = h.client.get_workflow_handle(fleet_workflow_id(h.cluster))
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        st = await fleet.query(FleetWorkflow.status)
+        found = next((d for d in st.state.decisions if d.request_id == request_id), None)
+        if found is not None:
+            return found
+        assert asyncio.get_running_loop().time() < deadline, [d.request_id for d in st.state.decisions]
+        await asyncio.sleep(0.1)
+
+
+def xid(node: str, code: int, sequence: int) -> GpuEvent:
+    return GpuEvent(
+        kind=GpuEventKind.XID, host=node, index=0, xid=code, observed_at=datetime.now(UTC), sequence=sequence
+    )
+
+
+async def test_a_late_hardware_fault_on_a_suspected_node_drains_it_naming_both(h: Harness) -> None:
+    job = h.sched.submit(h.nodes[:2])
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    crash(h, job.job_id, 1, h.nodes[1])
+    await resumed(h, handle, job.job_id, 1)
+    assert not h.sched.nodes[h.nodes[1]].is_drained  # a suspicion only
+    catalog = default_xid_catalog()
+    # An application-class XID is the job's to handle: the agent does not even tell the Fleet.
+    assert node_level_fault(xid(h.nodes[1], 13, 1), h.nodes[1], catalog) is None
+    fleet = h.client.get_workflow_handle(fleet_workflow_id(h.cluster))
+    # A node-level fault on a node that holds no suspicion: nothing for the Fleet to escalate.
+    clean = node_level_fault(xid(h.nodes[3], 79, 2), h.nodes[3], catalog)
+    late = node_level_fault(xid(h.nodes[1], 79, 3), h.nodes[1], catalog)
+    assert clean is not None and late is not None and late.action is GpuAction.DRAIN_NODE
+    await fleet.signal(NODE_GPU_FAULT_SIGNAL, clean)
+    await fleet.signal(NODE_GPU_FAULT_SIGNAL, late)
+    await fleet.signal(NODE_GPU_FAULT_SIGNAL, late)  # re-sent: one escalation per suspicion
+    incident = f"{job.job_id}-1"
+    decision = await fleet_decision(h, f"{fleet_workflow_id(h.cluster)}/gpu-fault/{h.nodes[1]}/{incident}")
+    assert decision.act and decision.drained == (h.nodes[1],)
+    why = decision.reasons[0]
+    assert f"suspected since {incident} (rank-crash, job {job.job_id}" in why and "XID 79" in why
+    assert "hardware evidence: drain requested" in why
+    node = h.sched.nodes[h.nodes[1]]
+    assert node.is_drained and node.reason == f"rebound: {incident} rank-crash+xid-79"
+    assert not h.sched.nodes[h.nodes[3]].is_drained
+    st = await fleet.query(FleetWorkflow.status)
+    assert [d.request_id for d in st.state.decisions].count(decision.request_id) == 1
+    assert not [d for d in st.state.decisions if h.nodes[3] in d.request_id]
+    await handle.terminate()

@@ -13,6 +13,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from workflows.domain.base import Frozen
+from workflows.domain.gpu import GpuAction, GpuEvent
 from workflows.domain.incident import ActionRung
 
 
@@ -134,7 +135,8 @@ class IsolationRequest(Frozen):
     request_id: str
     """``<JobRecovery workflow id>/incident-<n>``: a repeated request gets the same decision."""
     reply_to: str
-    """The JobRecovery workflow id that waits for the decision (signal ``isolation_decided``)."""
+    """The JobRecovery workflow id that waits for the decision (signal ``isolation_decided``); empty when nobody
+    waits (the Fleet's own escalation of a suspicion, ``NodeGpuFault``)."""
     job_id: int
     partition: str = ""
     incident: str
@@ -144,6 +146,8 @@ class IsolationRequest(Frozen):
     nodes: tuple[str, ...] = ()
     restart_number: int = Field(1, ge=1)
     """The restart this incident would be for the job (1 = its first)."""
+    restart: bool = True
+    """False for a drain request that restarts nothing (a late hardware fault on a suspected node)."""
     requested_at: datetime
     rung: ActionRung = ActionRung.DRAIN
     """What the evidence allows (``workflows.policy.action_ladder``): ``drain`` asks to drain the nodes (a request
@@ -155,7 +159,26 @@ class IsolationRequest(Frozen):
     node_count: int = Field(0, ge=0)
     """Nodes the job needs (0: unknown): an exclusion that would leave too few in its partition is not made."""
     excluded_before: tuple[str, ...] = ()
-    """Nodes the job already keeps out of its placement (its standing exclusion and Slurm's ``ExcNodeList``)."""
+    """Rebound's standing exclusion of the job (its suspects from earlier incidents; before the owner's exclusion
+    was recorded apart, Slurm's whole ``ExcNodeList`` too)."""
+    gpus_per_node: int | None = None
+    """GPUs the job needs on each node (0: none; None: unknown): a node with fewer cannot take the job."""
+    cpus_per_node: int = Field(0, ge=0)
+    """CPUs the job needs on each node (0: unknown)."""
+    owner_excluded: tuple[str, ...] = ()
+    """Nodes the job's owner excludes (``--exclude``): out of its placement, never part of Rebound's standing
+    exclusion or its bound."""
+
+
+class NodeGpuFault(Frozen):
+    """A node agent to the Fleet: a GPU fault on its node that the XID catalogue reads as the node's (``action``
+    ``reset_gpu`` or ``drain_node``). A node that holds a suspicion then gets a drain request naming both."""
+
+    node: str
+    event: GpuEvent
+    action: GpuAction
+    finding: str
+    """What the fault means, in the catalogue's words (``XID 79 (GPU has fallen off the bus): ...``)."""
 
 
 class ApprovalKind(StrEnum):

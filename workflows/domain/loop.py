@@ -139,6 +139,9 @@ class RequeueInput(Frozen):
     """The restart count when the failure was detected: a retry (or Slurm's own requeue) is not requeued again."""
     previous_nodes: tuple[str, ...] = ()
     key: str
+    user_excluded: tuple[str, ...] | None = None
+    """The job's own exclusion: when given, the restarted job excludes exactly it plus ``exclude`` (stale
+    exclusions from earlier restarts are dropped); None adds ``exclude`` to what the job excludes."""
 
 
 class RequeueResult(Frozen):

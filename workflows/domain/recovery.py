@@ -215,6 +215,9 @@ class JobRecoveryState(Frozen):
     excluded_nodes: tuple[str, ...] = ()
     """The job's standing exclusion: nodes it suspects (excluded, not drained), kept out of every later placement
     (bounded by the Fleet: ``workflows.policy.fleet.suspicion.MAX_JOB_EXCLUSIONS``)."""
+    user_excluded_nodes: tuple[str, ...] | None = None
+    """The job's own exclusion (its owner's ``--exclude``) as Rebound first saw it, kept in every restart; None when
+    this JobRecovery started before it was recorded (a restart then adds to whatever the job excludes)."""
     pending_notes: tuple[Notification, ...] = ()
     """Notifications decided in synchronous code (the end of the run), sent before the run returns."""
     submission: SubmissionFacts | None = None

@@ -125,6 +125,10 @@ class SlurmJob(Frozen):
     end_time: datetime | None = None
     """When the job ended; None until it is terminal (Slurm's value before that is a projected limit)."""
     tres_per_node: str = ""
+    gpus_per_node: int | None = None
+    """GPUs the job asks for on each node (0: none); None when unknown (asked per job or per task, or not said)."""
+    cpus_per_node: int = 0
+    """CPUs the job needs on each node (Slurm's ``minimum_cpus_per_node``); 0 when unknown."""
     array_job_id: int | None = None
     """For a task of a job array: the array's master id (``%A``); None for a job that is not an array task."""
     array_task_id: int | None = None
@@ -156,7 +160,10 @@ class SlurmNode(Frozen):
     gres: str = ""
     gres_used: str = ""
     cpus: int = 0
+    """The node's CPUs; 0 when unknown."""
     alloc_cpus: int = 0
+    gpus: int | None = None
+    """The node's GPUs, from ``gres`` (0 for a node without GPUs); None when unknown."""
 
     @property
     def is_drained(self) -> bool:

@@ -29,6 +29,13 @@ class Placement(NamedTuple):
 
     node_count: int
     excluded: tuple[str, ...]
+    """Rebound's standing exclusion of the job."""
+    owner_excluded: tuple[str, ...] = ()
+    """The job owner's own exclusion."""
+    gpus_per_node: int | None = None
+    """GPUs the job needs on each node (None: unknown)."""
+    cpus_per_node: int = 0
+    """CPUs the job needs on each node (0: unknown)."""
 
 
 def isolation_request(
@@ -55,6 +62,9 @@ def isolation_request(
             "evidence": describe_evidence(attribution.basis),
             "node_count": placement.node_count,
             "excluded_before": placement.excluded,
+            "owner_excluded": placement.owner_excluded,
+            "gpus_per_node": placement.gpus_per_node,
+            "cpus_per_node": placement.cpus_per_node,
         }
     return IsolationRequest(
         request_id=isolation_request_id(workflow_id, incident.number),

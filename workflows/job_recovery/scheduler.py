@@ -105,9 +105,16 @@ def start_watch(watch: JobWatchInput, job: SlurmJob) -> workflow.ActivityHandle[
 
 
 async def requeue(
-    job_id: int, *, exclude: tuple[str, ...], expected_restarts: int, previous_nodes: tuple[str, ...], key: str
+    job_id: int,
+    *,
+    exclude: tuple[str, ...],
+    expected_restarts: int,
+    previous_nodes: tuple[str, ...],
+    key: str,
+    user_excluded: tuple[str, ...] | None,
 ) -> RequeueResult:
-    """Requeue the job without ``exclude`` (idempotent by ``key`` and the restart count it expects)."""
+    """Requeue the job without ``exclude`` and its owner's ``user_excluded`` (idempotent by ``key`` and the
+    restart count it expects)."""
     return await workflow.execute_activity_method(
         SlurmActionActivities.requeue_job,
         RequeueInput(
@@ -116,6 +123,7 @@ async def requeue(
             expected_restart_count=expected_restarts,
             previous_nodes=previous_nodes,
             key=key,
+            user_excluded=user_excluded,
         ),
         summary=f"Requeue job {job_id} excluding {','.join(exclude) or 'nobody'}",
         **CLUSTER_ACTION,

@@ -174,9 +174,13 @@ async def isolate(rec: Recorder, number: int, job: SlurmJob, attribution: Attrib
     placement = None
     if ladder:
         needs = job.node_count or len(job.nodes or rec.status.nodes)
-        placement = fleet_exchange.Placement(
-            needs, tuple(dict.fromkeys((*rec.state.excluded_nodes, *job.excluded_nodes)))
-        )
+        # After the restart the job excludes its owner's nodes and its standing ones (stale ones are dropped);
+        # without a recorded owner's exclusion, everything it excludes now stays, counted as standing.
+        own = rec.state.user_excluded_nodes
+        standing = rec.state.excluded_nodes
+        if own is None:
+            standing, own = tuple(dict.fromkeys((*standing, *job.excluded_nodes))), ()
+        placement = fleet_exchange.Placement(needs, standing, own, job.gpus_per_node, job.cpus_per_node)
     req = fleet_exchange.isolation_request(
         workflow_id=workflow.info().workflow_id,
         job_id=rec.inp.job_id,
@@ -277,6 +281,7 @@ async def _requeue(rec: Recorder, number: int, job: SlurmJob, exclude: tuple[str
         expected_restarts=expected,
         previous_nodes=job.nodes or rec.status.nodes,
         key=key,
+        user_excluded=rec.state.user_excluded_nodes,
     )
     verified = decided.model_copy(
         update={

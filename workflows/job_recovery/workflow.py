@@ -136,6 +136,8 @@ class JobRecoveryWorkflow:
         if job is None:
             return rec.end(unknown_job(inp.job_id))
         if inp.carried is None:
+            # What the job excludes before Rebound ever restarted it is its owner's: kept in every restart.
+            rec.update(user_excluded_nodes=job.excluded_nodes)
             rec.set_state(RecoveryState.WATCHING, f"watching job {inp.job_id} ({job.state.value})")
         await resubmission.capture(rec, job)
         pending: Anomaly | None = None

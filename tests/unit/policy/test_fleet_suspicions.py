@@ -50,6 +50,7 @@ def suspicion(
     rung: ActionRung = ActionRung.EXCLUDE,
     node_count: int = 2,
     excluded_before: tuple[str, ...] = (),
+    owner_excluded: tuple[str, ...] = (),
     confidence: float = 0.6,
 ) -> IsolationRequest:
     return IsolationRequest(
@@ -66,6 +67,7 @@ def suspicion(
         evidence=EVIDENCE if rung is ActionRung.EXCLUDE else "",
         node_count=node_count,
         excluded_before=excluded_before,
+        owner_excluded=owner_excluded,
     )
 
 
@@ -145,6 +147,13 @@ def test_the_jobs_earlier_exclusions_count_against_its_placement() -> None:
     assert verdict.exclude == ("n2",) and verdict.job_exclusion == ("n4", "n2")
 
 
+def test_the_owners_exclusion_counts_against_placement_but_not_in_the_standing_one() -> None:
+    _, verdict = handle(ACT, suspicion("n2", node_count=3, owner_excluded=("n4",)), cluster(4))
+    assert verdict.exclude == ()
+    _, verdict = handle(ACT, suspicion("n2", node_count=2, owner_excluded=("n4",)), cluster(4))
+    assert verdict.exclude == ("n2",) and verdict.job_exclusion == ("n2",)
+
+
 def test_observe_mode_records_the_suspicion_and_acts_on_nothing() -> None:
     state, verdict = handle(FleetState(cluster="c"), suspicion("n2"), cluster(4))
     assert not verdict.act and verdict.drain == ()
@@ -181,3 +190,40 @@ def test_a_suspect_with_nothing_in_the_window_is_healthy_again() -> None:
     record = later.nodes["n2"]
     assert record.state is NodeLifecycle.HEALTHY and "no longer suspect" in record.reason
     assert record.incidents == state.nodes["n2"].incidents  # the history stays (lemons read it)
+
+
+def sized(gpus: Sequence[int | None], cpus: int = 64) -> ClusterSnapshot:
+    nodes = tuple(
+        SlurmNode(name=f"n{i}", state=NodeBaseState.IDLE, partitions=("gpu",), gpus=g, cpus=cpus)
+        for i, g in enumerate(gpus, start=1)
+    )
+    return ClusterSnapshot(observed_at=T0, nodes=nodes)
+
+
+def test_the_placement_check_counts_only_nodes_big_enough_for_the_job() -> None:
+    # n3 has 2 GPUs: it cannot take a node of a job that needs 4 per node.
+    req = suspicion("n2", node_count=2).model_copy(update={"gpus_per_node": 4, "cpus_per_node": 16})
+    _, verdict = handle(ACT, req, sized([4, 4, 2, 4]))
+    assert verdict.exclude == ("n2",)
+    assert "placement checked per node: 4 GPUs, 16 CPUs each" in verdict.reasons
+    req = suspicion("n2", node_count=2).model_copy(update={"gpus_per_node": 4, "cpus_per_node": 16})
+    _, verdict = handle(ACT, req, sized([4, 4, 2, 2]))
+    assert verdict.exclude == ()
+    why = next(r for r in verdict.reasons if "not excluded" in r)
+    assert "needs 2 nodes with 4 GPUs, 16 CPUs" in why and "keep 1 placeable" in why
+    # Too few CPUs count the same way; the rough count would have excluded n2 here.
+    req = suspicion("n2", node_count=2).model_copy(update={"gpus_per_node": 0, "cpus_per_node": 128})
+    _, verdict = handle(ACT, req, sized([4, 4, 4, 4]))
+    assert verdict.exclude == () and any("no GPUs, 128 CPUs" in r for r in verdict.reasons)
+
+
+def test_the_placement_check_says_when_it_was_rough() -> None:
+    # A node's size unknown: the count falls back to placeable nodes, and the reasons say it was rough.
+    req = suspicion("n2", node_count=2).model_copy(update={"gpus_per_node": 4})
+    _, verdict = handle(ACT, req, sized([4, None, 2, 2], cpus=0))
+    assert verdict.exclude == ("n2",)
+    assert any(r.startswith("placement check was rough") for r in verdict.reasons)
+    # GPUs known, CPUs not: GPUs are checked and the note names what was not.
+    req = suspicion("n2", node_count=2).model_copy(update={"gpus_per_node": 4})
+    _, verdict = handle(ACT, req, sized([4, 4, 2, 4], cpus=0))
+    assert "placement checked per node: 4 GPUs each; CPUs unknown, not checked" in verdict.reasons

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from activities.slurm.cli import SlurmCliScheduler
-from activities.slurm.port import SchedulerPort
+from activities.slurm.port import RestartRequest, SchedulerPort
 from tests.unit.slurm import golden
 from tests.unit.slurm.fake_bin import FakeSlurmBin
 from workflows.domain.errors import FailureKind, ReboundError
@@ -254,3 +254,23 @@ async def test_start_now_racing_the_scheduler(fake: FakeSlurmBin) -> None:
 async def test_state_models_reach_callers(fake: FakeSlurmBin) -> None:
     jobs = await fake.scheduler().list_jobs()
     assert {j.job_id: j.state for j in jobs}[5] is JobState.PENDING
+
+
+async def test_restart_replaces_a_stale_exclusion_keeping_the_owners(fake: FakeSlurmBin) -> None:
+    # squeue --json (22.05) gives the exclusion as one hostlist string: n1 is the owner's, n3 a stale one of ours.
+    held = {"job_state": "PENDING", "state_reason": "JobHeldUser", "restart_cnt": 1, "excluded_nodes": "n[1,3]"}
+    fake.respond("squeue", stdout=golden.squeue_with(job_5=held))
+    request = RestartRequest(job_id=5, exclude=("n4",), user_excluded=("n1",), expected_restart_count=0)
+    await fake.scheduler().restart_excluding(request)
+    assert fake.calls("scontrol") == [
+        ["scontrol", "update", "jobid=5", "excnodelist=n[1,4]"],
+        ["scontrol", "release", "5"],
+    ]
+
+
+async def test_restart_leaves_an_exact_exclusion_alone(fake: FakeSlurmBin) -> None:
+    held = {"job_state": "PENDING", "state_reason": "JobHeldUser", "restart_cnt": 1, "excluded_nodes": "n[1,4]"}
+    fake.respond("squeue", stdout=golden.squeue_with(job_5=held))
+    request = RestartRequest(job_id=5, exclude=("n4",), user_excluded=("n1",), expected_restart_count=0)
+    await fake.scheduler().restart_excluding(request)
+    assert fake.calls("scontrol") == [["scontrol", "release", "5"]]

@@ -307,3 +307,36 @@ def test_heterogeneous_components_of_the_lab_capture() -> None:
         assert (jobs[other].het_job_id, jobs[other].het_job_offset) == (leader, 1)
         assert jobs[leader].is_heterogeneous and jobs[other].is_heterogeneous
     assert not jobs[6].is_heterogeneous and jobs[6].het_job_offset is None
+
+
+def test_per_node_sizes_of_jobs_and_nodes() -> None:
+    job = _jobs()[1]  # --gres=gpu:2, one task per node
+    assert (job.gpus_per_node, job.cpus_per_node) == (2, 1)
+    assert _jobs()[5].excluded_nodes == ("n1",)  # squeue --json gives the exclusion as one hostlist string
+    node = {n.name: n for n in parse_nodes(load_payload(golden.read("sinfo.json"), source="sinfo"))}["n1"]
+    assert (node.gpus, node.cpus) == (4, 4)
+
+
+@pytest.mark.parametrize(
+    ("changes", "gpus", "cpus"),
+    [
+        ({"tres_per_node": "", "tres_per_job": "", "tres_per_task": ""}, 0, 1),  # asks for no GPU
+        ({"tres_per_node": "", "tres_per_job": "gres:gpu:8"}, None, 1),  # --gpus=8: per node depends on layout
+        ({"tres_per_node": "", "tres_per_task": "gres:gpu:1"}, None, 1),  # --gpus-per-task
+        ({"tres_per_node": "gres/gpu:a100:4", "minimum_cpus_per_node": 32}, 4, 32),
+        ({"cpus_per_tres": "gres:gpu:8"}, 2, 0),  # --cpus-per-gpu: not in the per-node minimum
+        ({"tres_per_node": "gres:gpu:x:y"}, None, 1),  # unreadable: unknown, never 0
+    ],
+)
+def test_job_sizes_from_tres(changes: dict[str, Any], gpus: int | None, cpus: int) -> None:
+    item = next(j for j in golden.load("squeue.json")["jobs"] if j["job_id"] == 1)
+    item.update(changes)
+    job = parse_job(item)
+    assert (job.gpus_per_node, job.cpus_per_node) == (gpus, cpus)
+
+
+def test_node_gpus_from_gres() -> None:
+    item = golden.load("sinfo.json")["nodes"][0]
+    assert parse_node({**item, "gres": "gpu:a100:2(S:0,1),gpu:v100:2,shard:8"}).gpus == 4
+    assert parse_node({**item, "gres": ""}).gpus == 0
+    assert parse_node({k: v for k, v in item.items() if k != "gres"}).gpus is None

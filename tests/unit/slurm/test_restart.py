@@ -5,13 +5,16 @@ Run on the fake, which imitates Slurm 22.05 at the raw-call level under the real
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 
 import pytest
+from temporalio.exceptions import ApplicationError
 
+from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.port import CompositeScheduler, RestartRequest, RestartResult
 from tests.fakes.scheduler import Call, FakeScheduler
 from workflows.domain.errors import FailureKind, ReboundError
+from workflows.domain.loop import RequeueInput
 from workflows.domain.slurm import JobState
 
 
@@ -110,3 +113,61 @@ async def test_the_composite_scheduler_restarts_through_its_actions_side() -> No
     await CompositeScheduler(reads=reads, actions=actions).restart_excluding(request)
     assert reads.calls == []
     assert actions.calls[0] == Call("restart_excluding", (request,))
+
+
+def _excluding(job_id: int, exclude: tuple[str, ...], user: tuple[str, ...], expected: int = 0) -> RestartRequest:
+    return RestartRequest(job_id=job_id, exclude=exclude, user_excluded=user, expected_restart_count=expected)
+
+
+async def test_the_restart_sets_exactly_the_owners_exclusion_plus_the_standing_one(fake: FakeScheduler) -> None:
+    job = fake.submit(["n1", "n2"])
+    # The owner excluded n4; an earlier restart excluded n3, which Rebound no longer stands by.
+    fake.jobs[job.job_id] = fake.jobs[job.job_id].model_copy(update={"excluded_nodes": ("n3", "n4")})
+    await fake.restart_excluding(_excluding(job.job_id, ("n2",), user=("n4",)))
+    assert fake.jobs[job.job_id].excluded_nodes == ("n2", "n4")
+    assert [c.method for c in fake.slurm_calls] == ["requeuehold", "excnodelist", "release"]
+
+
+async def test_the_owners_exclusion_is_never_dropped(fake: FakeScheduler) -> None:
+    job = fake.submit(["n1"])
+    fake.jobs[job.job_id] = fake.jobs[job.job_id].model_copy(update={"excluded_nodes": ("n3", "n4")})
+    await fake.restart_excluding(_excluding(job.job_id, (), user=("n4",)))
+    assert fake.jobs[job.job_id].excluded_nodes == ("n4",)
+
+
+async def test_an_exact_exclusion_is_not_set_again(fake: FakeScheduler) -> None:
+    job = fake.submit(["n1", "n2"])
+    request = _excluding(job.job_id, ("n2",), user=("n4",))
+    await fake.restart_excluding(request)
+    fake.slurm_calls.clear()
+    again = await fake.restart_excluding(request)  # a retried activity: pending, already excluding exactly that
+    assert again.state is JobState.PENDING
+    assert [c.method for c in fake.slurm_calls] == []
+
+
+async def test_without_a_recorded_owners_exclusion_nothing_is_dropped(fake: FakeScheduler) -> None:
+    job = fake.submit(["n1", "n2"])
+    fake.jobs[job.job_id] = fake.jobs[job.job_id].model_copy(update={"excluded_nodes": ("n3",)})
+    await fake.restart_excluding(_request(job.job_id, ("n2",)))
+    assert fake.jobs[job.job_id].excluded_nodes == ("n2", "n3")
+
+
+async def test_the_activity_verifies_the_exact_exclusion(fake: FakeScheduler, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = fake.submit(["n1", "n2"])
+    fake.jobs[job.job_id] = fake.jobs[job.job_id].model_copy(update={"excluded_nodes": ("n3", "n4")})
+    activities = SlurmActionActivities(fake)
+    inp = RequeueInput(
+        job_id=job.job_id, exclude=("n2",), user_excluded=("n4",), expected_restart_count=0, previous_nodes=(), key="k"
+    )
+    done = await activities.requeue_job(inp)
+    assert (done.state, done.excluded_nodes) == (JobState.PENDING, ("n2", "n4"))
+    # A stale exclusion still showing (the change not visible yet) is not taken as done.
+    fake.jobs[job.job_id] = fake.jobs[job.job_id].model_copy(update={"excluded_nodes": ("n2", "n3", "n4")})
+
+    async def lost(job_id: int, nodes: Sequence[str]) -> None:  # Slurm accepted, the next read is older
+        del job_id, nodes
+
+    monkeypatch.setattr(fake, "set_excluded_nodes", lost)
+    with pytest.raises(ApplicationError) as caught:
+        await activities.requeue_job(inp)
+    assert caught.value.type == FailureKind.SCHEDULER_BUSY.value and "not visible yet" in caught.value.message

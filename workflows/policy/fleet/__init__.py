@@ -27,7 +27,8 @@ Pure and deterministic: ``now`` is passed in, nothing is read or written, and ev
 Windows are closed: an event exactly ``window_s`` old still counts (the safe side of every limit).
 
 The parts: ``decision`` (the rules above, and the memory of decisions), ``suspicion`` (rules 2 and 7 for the
-``exclude`` rung), ``breaker`` (rule 5), ``lifecycle`` (each
+``exclude`` rung), ``late_fault`` (a node-level GPU fault on a suspected node: a drain request through the rules
+above, naming both), ``breaker`` (rule 5), ``lifecycle`` (each
 node's incidents, drains, health checks and sync with the scheduler), ``approvals``, ``common``. This package's
 names below are its public surface, the one the Fleet workflow uses.
 """
@@ -43,6 +44,7 @@ from workflows.policy.fleet.approvals import (
 )
 from workflows.policy.fleet.breaker import breaker_status
 from workflows.policy.fleet.decision import MAX_DECISIONS, decide_isolation, find_decision, remember_decision
+from workflows.policy.fleet.late_fault import late_fault_escalation
 from workflows.policy.fleet.lifecycle import (
     MAX_CHECKS_PER_NODE,
     MAX_DRAIN_EVENTS,
@@ -75,6 +77,7 @@ __all__ = [
     "find_decision",
     "health_checks_due",
     "is_lemon",
+    "late_fault_escalation",
     "note_incident",
     "open_approval",
     "remember_decision",

@@ -158,7 +158,9 @@ def decide_isolation(
         reasons.append(f"{name}: {'drain' if act else 'would drain'} (confidence {req.confidence:.2f})")
 
     # 6. The Nth restart.
-    restart_needs_approval = policy.approve_restart_from > 0 and req.restart_number >= policy.approve_restart_from
+    restart_needs_approval = (
+        req.restart and policy.approve_restart_from > 0 and req.restart_number >= policy.approve_restart_from
+    )
     if restart_needs_approval:
         reasons.append(
             f"restart {req.restart_number} of job {req.job_id} waits for an operator "

@@ -9,7 +9,7 @@ that would leave its partition too few nodes to place it (then less is done, and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from workflows.domain.fleet import FleetPolicy, FleetState, IsolationRequest, NodeIncident
@@ -70,6 +70,29 @@ def _partition_nodes(view: ClusterSnapshot, partition: str) -> list[SlurmNode]:
     return [n for n in view.nodes if not wanted or wanted.intersection(n.partitions)]
 
 
+def _size_check(req: IsolationRequest, nodes: Sequence[SlurmNode]) -> tuple[Callable[[SlurmNode], bool], str, str]:
+    """Whether a node is big enough for one of the job's nodes, what that means (``with 2 GPUs, 8 CPUs``), and
+    how the check reads for people. A resource is checked only when the job's need and every node's size are known;
+    with neither, the count is rough (placeable nodes, whatever their size), and the note says so."""
+    gpus, cpus = req.gpus_per_node, req.cpus_per_node
+    by_gpus = gpus is not None and all(n.gpus is not None for n in nodes)
+    by_cpus = cpus > 0 and all(n.cpus > 0 for n in nodes)
+    wants = ([f"{gpus} GPUs" if gpus else "no GPUs"] if by_gpus else []) + ([f"{cpus} CPUs"] if by_cpus else [])
+    unknown = [w for w, known in (("GPUs", by_gpus), ("CPUs", by_cpus)) if not known]
+
+    def fits(node: SlurmNode) -> bool:
+        return (not by_gpus or (node.gpus or 0) >= (gpus or 0)) and (not by_cpus or node.cpus >= cpus)
+
+    if not wants:
+        note = (
+            "placement check was rough: placeable nodes counted whatever their size (the job's GPUs and CPUs per "
+            "node, or the nodes' sizes, are unknown)"
+        )
+        return fits, "", note
+    unchecked = f"; {' and '.join(unknown)} unknown, not checked" if unknown else ""
+    return fits, f" with {', '.join(wants)}", f"placement checked per node: {', '.join(wants)} each{unchecked}"
+
+
 def fit_exclusion(
     view: ClusterSnapshot, req: IsolationRequest, unavailable: Sequence[str], suspects: Sequence[str]
 ) -> tuple[list[str], list[str]]:
@@ -78,21 +101,24 @@ def fit_exclusion(
 
     ``unavailable``: nodes out of this placement whatever happens (drained, waiting for an operator, already
     excluded). A job whose node count is unknown gets every exclusion (the safe side for one job's placement).
+    A node counts only if it can hold one of the job's nodes (GPUs, CPUs: ``_size_check``).
     """
     if not suspects:
         return [], []
     if req.node_count <= 0:
         return list(suspects), []
-    out = set(unavailable) | set(req.excluded_before)
-    pool = [n.name for n in _partition_nodes(view, req.partition) if _placeable(n) and n.name not in out]
-    left = [n for n in pool if n not in set(suspects)]
+    out = set(unavailable) | set(req.excluded_before) | set(req.owner_excluded)
+    candidates = [n for n in _partition_nodes(view, req.partition) if _placeable(n) and n.name not in out]
+    fits, sized, note = _size_check(req, candidates)
+    left = [n.name for n in candidates if fits(n) and n.name not in set(suspects)]
     if len(left) >= req.node_count:
-        return list(suspects), []
+        return list(suspects), [note]
     where = req.partition or "the cluster"
     return [], [
-        f"{', '.join(suspects)}: not excluded: the job needs {req.node_count} nodes and {where} would keep "
+        f"{', '.join(suspects)}: not excluded: the job needs {req.node_count} nodes{sized} and {where} would keep "
         f"{len(left)} placeable without {'it' if len(suspects) == 1 else 'them'}; restarted without this exclusion "
-        "(suspicion still recorded)"
+        "(suspicion still recorded)",
+        note,
     ]
 
 
