@@ -93,9 +93,14 @@ async def test_torchrun_rank_1_is_blamed_on_its_own_node(world: tuple[Harness, F
     h.sched.fail_job(job.job_id, exit_code=1)
 
     st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
-    assert _actions(st, ActionKind.DRAIN) == [agents.nodes[0]]
+    # A CUDA error the job printed is the job's word, not node evidence: its node is kept out of the job's next
+    # placement (the action ladder), never drained, and it is the rank's own node, not the task layout's.
+    assert _actions(st, ActionKind.DRAIN) == []
     inc = st.incidents[0]
     assert inc.attribution is not None and inc.attribution.implicated_nodes == (agents.nodes[0],)
+    assert inc.attribution.action == "exclude"
+    assert agents.nodes[0] in h.sched.jobs[job.job_id].excluded_nodes
+    assert agents.nodes[1] not in h.sched.jobs[job.job_id].excluded_nodes
     assert agents.asked >= 4  # one look while running, one at attribution, on each node
     ranks_entry = next(e for e in st.timeline if e.event == "RANKS")
     a, b = agents.nodes
