@@ -29,7 +29,7 @@ is the command and drives the lab with the recovery bench's ``BenchContext``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
@@ -45,12 +45,24 @@ Launcher = Literal["srun", "torchrun", "lightning", "hf"]
 LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
 Fault = Literal["node-crash", "xid", "rank-kill", "hang"]
 FAULTS: tuple[Fault, ...] = get_args(Fault)
-#: ``submit_demo``'s (launcher, trainer) for each benchmark launcher.
-SUBMIT: dict[Launcher, tuple[str, str]] = {
-    "srun": ("srun", "demo"),
-    "torchrun": ("torchrun", "demo"),
-    "lightning": ("srun", "lightning"),
-    "hf": ("srun", "hf"),
+
+
+class Submission(Frozen):
+    """How ``submit_demo`` submits a launcher's job (2 nodes each)."""
+
+    launcher: str
+    trainer: str
+    tasks_per_node: int
+    checkpoint_every: int
+
+
+#: The demo loop runs 2 x 2 ranks; the real trainers 2 x 1 (as their own lab test: 4 Lightning or transformers
+#: processes on the lab's 2 cores take minutes to start), saving every 10 steps.
+SUBMIT: dict[Launcher, Submission] = {
+    "srun": Submission(launcher="srun", trainer="demo", tasks_per_node=2, checkpoint_every=20),
+    "torchrun": Submission(launcher="torchrun", trainer="demo", tasks_per_node=2, checkpoint_every=20),
+    "lightning": Submission(launcher="srun", trainer="lightning", tasks_per_node=1, checkpoint_every=10),
+    "hf": Submission(launcher="srun", trainer="hf", tasks_per_node=1, checkpoint_every=10),
 }
 #: Faults whose evidence is the node's own (a dead slurmd, an XID): that node must be named and may be drained.
 NODE_LEVEL: frozenset[Fault] = frozenset({"node-crash", "xid"})
@@ -83,7 +95,9 @@ def parse_names(text: str | None, allowed: tuple[_T, ...], what: str) -> tuple[_
 _DEMO_LOAD = re.compile(r"resumed from checkpoint (?P<path>\S+) \(step (?P<step>\d+)\)")
 _DEMO_SCRATCH = re.compile(r"no checkpoint found")
 _HF_LOAD = re.compile(r"resuming from checkpoint (?P<path>\S*?checkpoint-(?P<step>\d+))\b")
-_PL_LOAD = re.compile(r"Restoring states from the checkpoint path at (?P<path>\S+)")
+_PL_LOAD = re.compile(
+    r"(?:Restoring states from the checkpoint path at|Restored all states from the checkpoint at) (?P<path>\S+)"
+)
 _STEP = re.compile(r"\bstep=(?P<step>\d+) ")
 
 
@@ -126,16 +140,14 @@ def resume_facts(lines: Sequence[str], fault_index: int) -> ResumeFacts:
     return ResumeFacts(last_step=max(steps) if steps else None, load=resumed)
 
 
-def resumed_step(load: LoadLine | None, checkpoint_path: str | None, checkpoint_step: int | None) -> int | None:
+def resumed_step(load: LoadLine | None, valid_steps: Mapping[str, int]) -> int | None:
     """The step the resuming attempt loaded: its load line's, else (Lightning names ``last.ckpt``, not a step) the
-    step of the checkpoint it names when that is the one the scanner saw at the restart."""
+    step of the valid checkpoint of that file name the scanner read when Rebound restarted the job."""
     if load is None:
         return None
     if load.step is not None:
         return load.step
-    if checkpoint_path and load.path and Path(load.path).name == Path(checkpoint_path).name:
-        return checkpoint_step
-    return None
+    return valid_steps.get(Path(load.path).name) if load.path else None
 
 
 # ----- one fault, scored --------------------------------------------------------------------------------------------
@@ -191,6 +203,8 @@ class Observed(Frozen):
     excluded: tuple[str, ...] = ()
     checkpoint_path: str = ""
     checkpoint_step: int | None = None
+    valid_steps: dict[str, int] = Field(default_factory=dict)
+    """Every valid checkpoint's step by file name, as the scanner read them at the restart."""
     log_lines: tuple[str, ...] = ()
     fault_index: int = 0
     timed_out: bool = False
@@ -220,7 +234,7 @@ def score_fault(o: Observed) -> FaultResult:
     wrong = [w for w in wrong if w.startswith("drained")]
     lat = latencies(o.t0, incidents)
     facts = resume_facts(o.log_lines, o.fault_index)
-    step = resumed_step(facts.load, o.checkpoint_path, o.checkpoint_step)
+    step = resumed_step(facts.load, o.valid_steps)
     verified = step is not None and o.checkpoint_step is not None and step == o.checkpoint_step
     lost = max(0, facts.last_step - step) if facts.last_step is not None and step is not None else None
     reasons = [failure_reason(truth, o.status, o.before)]

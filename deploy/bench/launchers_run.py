@@ -39,7 +39,7 @@ from deploy.bench.launchers import (
 from deploy.bench.scenarios import XID, GroundTruth, pick_target
 from deploy.bench.scoring import incidents_after, is_done
 from workflows.domain.base import Frozen
-from workflows.domain.checkpoints import CheckpointRef
+from workflows.domain.checkpoints import CheckpointRef, CheckpointReport, CheckpointStatus
 from workflows.domain.recovery import JobRecoveryStatus
 
 if TYPE_CHECKING:
@@ -61,10 +61,22 @@ class LauncherOptions(Frozen):
     """For the job to train (a new valid checkpoint) before each fault: the real trainers import slowly."""
 
 
-def _latest(run_dir: Path) -> CheckpointRef | None:
+def _scan(run_dir: Path) -> CheckpointReport:
     from activities.checkpoints.scan import scan_checkpoints
 
-    return scan_checkpoints(run_dir / "checkpoints").latest_valid
+    return scan_checkpoints(run_dir / "checkpoints")
+
+
+def _latest(run_dir: Path) -> CheckpointRef | None:
+    return _scan(run_dir).latest_valid
+
+
+def _valid_steps(found: CheckpointReport | None) -> dict[str, int]:
+    if found is None:
+        return {}
+    return {
+        Path(c.path).name: c.step for c in found.checked if c.status is CheckpointStatus.VALID and c.step is not None
+    }
 
 
 def _log_path(layout_run_dir: Path, launcher: Launcher, job_id: int) -> Path:
@@ -116,12 +128,12 @@ def _inject(ctx: BenchContext, fault: Fault, run: str) -> InjectionRecord:
 
 async def _wait_outcome(
     ctx: BenchContext, run_dir: Path, job_id: int, before: set[int], node: str, timeout_s: float
-) -> tuple[JobRecoveryStatus | None, CheckpointRef | None, bool]:
+) -> tuple[JobRecoveryStatus | None, CheckpointReport | None, bool]:
     """Poll until an incident after the fault resumed (or the workflow ended). The latest valid checkpoint is read
     once the incident records its restart: the one the restarted job should load."""
     deadline = time.monotonic() + timeout_s
     last: JobRecoveryStatus | None = None
-    at_restart: CheckpointRef | None = None
+    at_restart: CheckpointReport | None = None
     truth = GroundTruth(node=node, restart=True)
     while time.monotonic() < deadline:
         status = await ctx.status(job_id)
@@ -129,7 +141,7 @@ async def _wait_outcome(
             last = status
             restarted = any(i.restarted_at is not None for i in incidents_after(status, before))
             if restarted and at_restart is None:
-                at_restart = await asyncio.to_thread(_latest, run_dir)
+                at_restart = await asyncio.to_thread(_scan, run_dir)
             if is_done(truth, status, before):
                 return status, at_restart, False
         await asyncio.sleep(ctx.opts.poll_s)
@@ -164,7 +176,10 @@ async def _one_fault(
         if record.node is None:
             raise BenchError(f"{fault} injection {record.id} recorded no node")
         say(f"{launcher} x {fault}: injected {record.kind} rank {record.rank} on {record.node} at {record.t0:%T.%f}")
-        status, ckpt, timed_out = await _wait_outcome(ctx, run_dir, job_id, before, record.node, opts.fault_timeout_s)
+        status, scanned, timed_out = await _wait_outcome(
+            ctx, run_dir, job_id, before, record.node, opts.fault_timeout_s
+        )
+        ckpt = scanned.latest_valid if scanned is not None else None
         result = score_fault(
             Observed(
                 launcher=launcher,
@@ -181,6 +196,7 @@ async def _one_fault(
                 excluded=_excluded(ctx, job_id),
                 checkpoint_path=ckpt.path if ckpt is not None else "",
                 checkpoint_step=ckpt.step if ckpt is not None else None,
+                valid_steps=_valid_steps(scanned),
                 log_lines=tuple(read_lines(log)),
                 fault_index=fault_index,
                 timed_out=timed_out,
@@ -220,9 +236,18 @@ async def _one_launcher(ctx: BenchContext, opts: LauncherOptions, launcher: Laun
     job_id: int | None = None
     try:
         await ctx.prepare_lab()
-        launch, trainer = SUBMIT[launcher]
+        how = SUBMIT[launcher]
         job_id = jid = submit_demo(
-            layout, run, steps=100_000, env=ctx.lab.slurm.env(), opt_in=True, launcher=launch, trainer=trainer
+            layout,
+            run,
+            steps=100_000,
+            tasks_per_node=how.tasks_per_node,
+            gpus_per_node=how.tasks_per_node,
+            checkpoint_every=how.checkpoint_every,
+            env=ctx.lab.slurm.env(),
+            opt_in=True,
+            launcher=how.launcher,
+            trainer=how.trainer,
         )
         say(f"{launcher}: submitted job {jid} (run {run})")
 

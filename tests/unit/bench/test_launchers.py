@@ -73,9 +73,9 @@ def test_resume_facts_without_a_resume_yet() -> None:
 
 def test_lightning_names_last_ckpt_and_takes_the_step_the_scanner_read() -> None:
     load = load_line("Restoring states from the checkpoint path at /r/checkpoints/last.ckpt", 3)
-    assert resumed_step(load, "/r/checkpoints/last.ckpt", 40) == 40
-    assert resumed_step(load, "/r/checkpoints/epoch=0-step=40.ckpt", 40) is None  # a different file: unknown
-    assert resumed_step(None, "/r/checkpoints/last.ckpt", 40) is None
+    assert resumed_step(load, {"step=40.ckpt": 40, "last.ckpt": 40}) == 40
+    assert resumed_step(load, {"step=40.ckpt": 40}) is None  # not a valid checkpoint at the restart: unknown
+    assert resumed_step(None, {"last.ckpt": 40}) is None
 
 
 def _observed(fault: str, *incidents: object, **kw: object) -> Observed:
