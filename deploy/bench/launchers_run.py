@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from deploy.local.lab import Lab
     from workers.settings import Settings
 
-__all__ = ["LauncherOptions", "run_launchers", "run_launchers_command"]
+__all__ = ["LauncherOptions", "run_launcher", "run_launchers", "run_launchers_command"]
 
 _GONE = ("", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 
@@ -226,7 +226,8 @@ async def _one_fault(
     return result, result.checkpoint_step if result.resumed_step is not None else after
 
 
-async def _one_launcher(ctx: BenchContext, opts: LauncherOptions, launcher: Launcher, stamp: str) -> list[FaultResult]:
+async def run_launcher(ctx: BenchContext, opts: LauncherOptions, launcher: Launcher, stamp: str) -> list[FaultResult]:
+    """One job of ``launcher`` through ``opts.faults`` in turn; the job cancelled at the end."""
     from deploy.demo.submit import SubmitError, submit_demo
     from deploy.local.processes import LabError
 
@@ -303,7 +304,7 @@ async def run_launchers(lab: Lab, settings: Settings, opts: LauncherOptions) -> 
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     results: list[FaultResult] = []
     for launcher in opts.launchers:
-        results += await _one_launcher(ctx, opts, launcher, stamp)
+        results += await run_launcher(ctx, opts, launcher, stamp)
     return results
 
 
