@@ -299,6 +299,7 @@ async def run_launchers(lab: Lab, settings: Settings, opts: LauncherOptions) -> 
     """Every launcher, one job each, its faults in order."""
     from workers.client import connect
 
+    await asyncio.to_thread(lab.up, log=False)  # before connecting: Temporal is one of its parts
     bench = BenchOptions(setup_timeout_s=opts.train_timeout_s)
     ctx = BenchContext(lab=lab, client=await connect(settings.temporal), settings=settings, opts=bench)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
