@@ -71,7 +71,12 @@ def register(commands: Commands) -> None:
         "--faults", default=None, help="comma-separated: node-crash,xid,rank-kill,hang (default all)"
     )
     launchers.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
-    launchers.add_argument("--timeout", type=float, default=150.0, help="seconds from a fault to its resume")
+    launchers.add_argument(
+        "--timeout",
+        type=float,
+        default=240.0,
+        help="seconds from a fault to its resume (the 4th restart of a job waits 120 s of backoff first)",
+    )
     launchers.add_argument(
         "--lab-nodes",
         type=int,
