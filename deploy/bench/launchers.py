@@ -175,8 +175,12 @@ class FaultResult(Frozen):
     action_s: float | None = None
     resume_s: float | None = None
     checkpoint_step: int | None = None
-    """The latest valid checkpoint's step when Rebound restarted the job (the scanner's)."""
+    """The latest valid checkpoint's step when Rebound restarted the job: the incident's record, else the bench's
+    scan at the restart (``checkpoint_source``)."""
     checkpoint_path: str = ""
+    checkpoint_source: str = ""
+    rebound_resume_point: str = ""
+    """Rebound's own verdict on where the restarted job started (``ResumePoint``), when it gave one."""
     resumed_step: int | None = None
     resumed_from: str = ""
     resume_verified: bool = False
@@ -233,9 +237,14 @@ def score_fault(o: Observed) -> FaultResult:
     healthy = tuple(n for n in drained if n not in allowed)
     wrong = [w for w in wrong if w.startswith("drained")]
     lat = latencies(o.t0, incidents)
+    resumed_inc = next((i for i in incidents if i.resumed_at is not None), None)
+    # The checkpoint to resume from: Rebound's own record before the restart, else the bench's scan at the restart.
+    recorded = next((i.checkpoint for i in (resumed_inc, first) if i is not None and i.checkpoint is not None), None)
+    ref = recorded.latest_valid if recorded is not None else None
+    ckpt_step, ckpt_path = (ref.step, ref.path) if ref is not None else (o.checkpoint_step, o.checkpoint_path)
     facts = resume_facts(o.log_lines, o.fault_index)
     step = resumed_step(facts.load, o.valid_steps)
-    verified = step is not None and o.checkpoint_step is not None and step == o.checkpoint_step
+    verified = step is not None and ckpt_step is not None and step == ckpt_step
     lost = max(0, facts.last_step - step) if facts.last_step is not None and step is not None else None
     reasons = [failure_reason(truth, o.status, o.before)]
     if o.timed_out and reasons[0]:
@@ -246,9 +255,8 @@ def score_fault(o: Observed) -> FaultResult:
         reasons.append(f"drained healthy {','.join(healthy)}")
     if not reasons[0] and not verified:
         seen = f"loaded step {step}" if step is not None else "no load line with a step"
-        reasons.append(f"resume not verified: {seen}, latest valid checkpoint step {o.checkpoint_step}")
+        reasons.append(f"resume not verified: {seen}, latest valid checkpoint step {ckpt_step}")
     error = "; ".join(r for r in reasons if r)
-    resumed_inc = next((i for i in incidents if i.resumed_at is not None), None)
     return FaultResult(
         launcher=o.launcher,
         fault=o.fault,
@@ -268,8 +276,10 @@ def score_fault(o: Observed) -> FaultResult:
         detection_s=lat.detection_s,
         action_s=lat.action_s,
         resume_s=lat.resume_s,
-        checkpoint_step=o.checkpoint_step,
-        checkpoint_path=o.checkpoint_path,
+        checkpoint_step=ckpt_step,
+        checkpoint_path=ckpt_path,
+        checkpoint_source="rebound" if ref is not None else ("bench scan" if o.checkpoint_step is not None else ""),
+        rebound_resume_point=resumed_inc.resume_point.value if resumed_inc and resumed_inc.resume_point else "",
         resumed_step=step,
         resumed_from=(facts.load.path if facts.load is not None else "")
         or (resumed_inc.resumed_from if resumed_inc else ""),
