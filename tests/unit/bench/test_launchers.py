@@ -142,3 +142,14 @@ def test_no_incident_in_time_fails_and_the_table_and_report_say_so() -> None:
     assert "torchrun  node-crash  pass" in table and "FAIL" in table
     out = report([ok, r])
     assert (out["passed"], out["total"], out["healthy_drains"]) == (1, 2, 0)
+
+
+def test_the_incidents_own_checkpoint_record_is_the_one_to_resume_from() -> None:
+    from workflows.domain.checkpoints import CheckpointFormat, CheckpointRef
+    from workflows.domain.resume_point import RestartCheckpoint
+
+    ref = CheckpointRef(path="/c/step_000040", step=40, saved_at=None, format=CheckpointFormat.REBOUND_DEMO)
+    inc = incident().model_copy(update={"checkpoint": RestartCheckpoint(dir="/c", latest_valid=ref)})
+    r = score_fault(_observed("node-crash", inc))  # the bench's own scan said 20; Rebound recorded 40
+    assert (r.checkpoint_step, r.checkpoint_source) == (40, "rebound")
+    assert not r.passed and "loaded step 20, latest valid checkpoint step 40" in r.error
