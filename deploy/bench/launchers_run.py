@@ -295,8 +295,11 @@ async def _finish(ctx: BenchContext, job_id: int | None) -> None:
         say(f"cancelling job {job_id}: {e}")
 
 
-async def run_launchers(lab: Lab, settings: Settings, opts: LauncherOptions) -> list[FaultResult]:
-    """Every launcher, one job each, its faults in order."""
+async def run_launchers(
+    lab: Lab, settings: Settings, opts: LauncherOptions, json_path: Path | None = None
+) -> list[FaultResult]:
+    """Every launcher, one job each, its faults in order; the JSON report rewritten after each launcher (a long run
+    cut short keeps what it measured)."""
     from workers.client import connect
 
     await asyncio.to_thread(lab.up, log=False)  # before connecting: Temporal is one of its parts
@@ -306,12 +309,20 @@ async def run_launchers(lab: Lab, settings: Settings, opts: LauncherOptions) -> 
     results: list[FaultResult] = []
     for launcher in opts.launchers:
         results += await run_launcher(ctx, opts, launcher, stamp)
+        if json_path is not None:
+            _write_json(json_path, results)
     return results
+
+
+def _write_json(path: Path, results: list[FaultResult]) -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report(results), indent=2) + "\n")
 
 
 def run_launchers_command(args: argparse.Namespace) -> int:
     """``rebound bench launchers``: run, print the table, write the JSON; exit 1 when a fault failed."""
-    import json
 
     from deploy.local.config import LabConfig
     from deploy.local.demo_cmd import lab_settings
@@ -328,14 +339,12 @@ def run_launchers_command(args: argparse.Namespace) -> int:
         print(f"rebound bench launchers: {e}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    results = asyncio.run(run_launchers(lab, lab_settings(lab), opts))
+    json_path = Path(args.json) if args.json is not None else None
+    results = asyncio.run(run_launchers(lab, lab_settings(lab), opts, json_path))
     print(format_table(results))
     for line in failures(results):
         print(f"  {line}")
     print(f"\n{sum(r.passed for r in results)}/{len(results)} passed in {time.monotonic() - started:.0f} s")
-    if args.json is not None:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report(results), indent=2) + "\n")
-        print(f"wrote {path}")
+    if json_path is not None:
+        print(f"wrote {json_path}")
     return 0 if all(r.passed for r in results) else 1
