@@ -1,5 +1,5 @@
-"""The benchmarks that run against the local lab: ``rebound bench recovery`` (``deploy.bench.recovery``) and
-``rebound bench healthy`` (``deploy.bench.healthy``).
+"""The benchmarks that run against the local lab: ``rebound bench recovery`` (``deploy.bench.recovery``),
+``rebound bench healthy`` (``deploy.bench.healthy``) and ``rebound bench launchers`` (``deploy.bench.launchers``).
 
 They plug into the ``rebound`` CLI through the ``rebound.cli`` entry point ``bench-lab`` (``workers.cli_plugins``),
 beside the benchmarks that need no lab (``rebound bench detection|attribution``, in ``workers.bench``). Only the
@@ -29,6 +29,12 @@ def _run_healthy(args: argparse.Namespace) -> int:
     return run_healthy_command(args)
 
 
+def _run_launchers(args: argparse.Namespace) -> int:
+    from deploy.bench.launchers_run import run_launchers_command
+
+    return run_launchers_command(args)
+
+
 def register(commands: Commands) -> None:
     """Add ``bench recovery [--scenarios LIST] [--repeat N] [--json PATH] ...`` and
     ``bench healthy [--minutes M] [--json PATH]``."""
@@ -53,3 +59,27 @@ def register(commands: Commands) -> None:
     )
     healthy.add_argument("--minutes", type=float, default=10.0, help="how long the healthy job trains (default 10)")
     healthy.add_argument("--json", type=Path, default=None, help="also write the result as JSON to this path")
+    launchers = commands.benchmark(
+        "launchers",
+        _run_launchers,
+        help="one lab job per launcher (srun, torchrun, lightning, hf) through node crash, XID, rank kill, hang",
+    )
+    launchers.add_argument(
+        "--launchers", default=None, help="comma-separated: srun,torchrun,lightning,hf (default all)"
+    )
+    launchers.add_argument(
+        "--faults", default=None, help="comma-separated: node-crash,xid,rank-kill,hang (default all)"
+    )
+    launchers.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
+    launchers.add_argument(
+        "--timeout",
+        type=float,
+        default=240.0,
+        help="seconds from a fault to its resume (the 4th restart of a job waits 120 s of backoff first)",
+    )
+    launchers.add_argument(
+        "--lab-nodes",
+        type=int,
+        default=5,
+        help="lab nodes (default 5: a 2-node job keeps its exclusions across faults, so it needs spare nodes)",
+    )

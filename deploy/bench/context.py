@@ -118,9 +118,7 @@ class BenchContext:
 
     async def prepare_lab(self, *, crashed_node: str | None = None) -> None:
         """Lab up (restarts a crashed node's slurmd), Rebound's drains resumed, every node idle."""
-        await asyncio.to_thread(self.lab.up, log=False)
-        self._resume_nodes(crashed_node)
-        await self._reset_breaker()
+        await self.restore_nodes(crashed_node=crashed_node)
 
         async def idle() -> bool:
             rows = self.nodes()
@@ -131,6 +129,13 @@ class BenchContext:
         except BenchError as e:
             states = ", ".join(f"{r.node}={r.state}{' (' + r.reason + ')' if r.reason else ''}" for r in self.nodes())
             raise BenchError(f"{e}: {states}") from None
+
+    async def restore_nodes(self, *, crashed_node: str | None = None) -> None:
+        """What an operator does after a fault: the lab up (a crashed node's slurmd again), Rebound's drains
+        resumed, the breaker closed. Running jobs are left alone."""
+        await asyncio.to_thread(self.lab.up, log=False)
+        self._resume_nodes(crashed_node)
+        await self._reset_breaker()
 
     async def _reset_breaker(self) -> None:
         """Each run starts with a closed breaker, as an operator would reset it after lifting the previous drains."""

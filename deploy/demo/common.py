@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict
 TrainerFaultKind = Literal["crash", "hang", "slow", "gpu-fault", "user-bug"]
 """Faults a rank applies to itself when it finds a request in ``control/``."""
 
-FaultKind = Literal["crash", "segv", "hang", "slow", "gpu-fault", "xid", "user-bug", "node-crash"]
+FaultKind = Literal["crash", "segv", "kill", "hang", "slow", "gpu-fault", "xid", "user-bug", "node-crash"]
 """Every fault the injector knows: the trainer-side ones plus the ones done with signals."""
 
 

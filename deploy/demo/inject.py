@@ -2,10 +2,11 @@
 
 Trainer-side faults (``crash``, ``hang``, ``slow``, ``gpu-fault``, ``user-bug``) are requests written to the run's
 ``control/``; the target rank applies one at its next step and first writes an ack with the wall-clock time it
-acted, which becomes t0 (bounded wait, default 15 s). ``segv`` and ``node-crash`` (``deploy.demo.node_crash``)
-use signals, and t0 is the signal time. ``gpu-fault`` first appends the XID to the node's fake-NVML state and
-uses that time as t0: the XID is the hardware onset and NVML can see it before the rank dies, so the ack time
-would make detection look earlier than the fault. ``xid`` appends the XID only: the rank keeps training and
+acted, which becomes t0 (bounded wait, default 15 s). ``segv``, ``kill`` (SIGKILL of the rank's own process: a
+worker under torchrun, never its agent) and ``node-crash`` (``deploy.demo.node_crash``) use signals, and t0 is the
+signal time. ``gpu-fault`` first appends the XID to the node's fake-NVML state and uses that time as t0: the XID
+is the hardware onset and NVML can see it before the rank dies, so the ack time would make detection look earlier
+than the fault. ``xid`` appends the XID only: the rank keeps training and
 prints nothing, so only the GPU signal can tell.
 
 Every injection appends one JSON line (``InjectionRecord``) to ``layout.injections``.
@@ -61,6 +62,7 @@ __all__ = [
     "inject_crash",
     "inject_gpu_fault",
     "inject_hang",
+    "inject_kill",
     "inject_silent_xid",
     "inject_node_crash",
     "inject_segv",
@@ -283,12 +285,25 @@ def inject_silent_xid(
 
 def inject_segv(layout: LabLayout, run: str, rank: int) -> InjectionRecord:
     """Send SIGSEGV to ``rank``'s process; it dies printing a faulthandler stack (status: signal 11)."""
+    return _signal_rank(layout, run, rank, "segv", signal.SIGSEGV)
+
+
+def inject_kill(layout: LabLayout, run: str, rank: int) -> InjectionRecord:
+    """SIGKILL ``rank``'s own process (the OOM killer's or an operator's ``kill -9``): it dies without a word.
+
+    The pid is the one the rank wrote in its rank file, so under torchrun it is the worker, never the torchrun
+    agent (the agent then reports the worker's signal and exits, which ends the job step).
+    """
+    return _signal_rank(layout, run, rank, "kill", signal.SIGKILL)
+
+
+def _signal_rank(layout: LabLayout, run: str, rank: int, kind: FaultKind, sig: signal.Signals) -> InjectionRecord:
     info = live_rank(layout, run, rank)
     t0 = time.time()
-    os.kill(info.pid, signal.SIGSEGV)
+    os.kill(info.pid, sig)
     record = InjectionRecord(
-        id=new_id("segv"),
-        kind="segv",
+        id=new_id(kind),
+        kind=kind,
         run=run,
         job_id=info.job_id,
         restart=info.restart,
@@ -355,6 +370,8 @@ def inject(
         return inject_crash(layout, run, rank, timeout_s=timeout_s)
     if kind == "segv":
         return inject_segv(layout, run, rank)
+    if kind == "kill":
+        return inject_kill(layout, run, rank)
     if kind == "hang":
         return inject_hang(layout, run, rank, timeout_s=timeout_s)
     if kind == "slow":

@@ -54,7 +54,9 @@ def register(commands: Commands) -> None:
     )
 
     inj = cmds.add_parser("inject", help="break a demo run for real (records the fault's true onset time)")
-    inj.add_argument("kind", choices=["crash", "segv", "hang", "slow", "gpu-fault", "xid", "user-bug", "node-crash"])
+    inj.add_argument(
+        "kind", choices=["crash", "segv", "kill", "hang", "slow", "gpu-fault", "xid", "user-bug", "node-crash"]
+    )
     inj.add_argument("--run", help="demo run name (every kind but node-crash)")
     inj.add_argument("--rank", default="0", help="target rank (user-bug also takes 'all')")
     inj.add_argument("--node", help="target node (node-crash)")
