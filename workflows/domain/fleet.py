@@ -120,6 +120,10 @@ class NodeRecord(Frozen):
     """The Slurm reason Rebound set (``rebound: ...``): resumed only if the node still carries exactly it."""
     checks: tuple[str, ...] = ()
     """Health-check results, newest last (bounded)."""
+    returned_at: datetime | None = None
+    """When a node Rebound drained last came back to service (its health check passed, or an operator resumed
+    it): implications before then were dealt with, so they no longer make a new one a repeat (the lemon count,
+    which reads ``incidents``, still sees them)."""
 
 
 class DrainEvent(Frozen):

@@ -21,7 +21,13 @@ from workflows.domain.fleet import (
 )
 from workflows.domain.incident import ActionRung
 from workflows.domain.slurm import ClusterSnapshot, NodeBaseState, SlurmNode
-from workflows.policy.fleet import active_suspicions, clear_stale_suspects, decide_isolation, note_incident
+from workflows.policy.fleet import (
+    active_suspicions,
+    clear_stale_suspects,
+    decide_isolation,
+    note_incident,
+    sync_with_view,
+)
 from workflows.policy.fleet.suspicion import MAX_JOB_EXCLUSIONS, standing_exclusion
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -227,3 +233,23 @@ def test_the_placement_check_says_when_it_was_rough() -> None:
     req = suspicion("n2", node_count=2).model_copy(update={"gpus_per_node": 4})
     _, verdict = handle(ACT, req, sized([4, 4, 2, 4], cpus=0))
     assert "placement checked per node: 4 GPUs each; CPUs unknown, not checked" in verdict.reasons
+
+
+def test_implications_before_the_node_came_back_to_service_are_not_a_repeat() -> None:
+    # Job 7's XID drained n2; an operator repaired and resumed it. A later rank crash on n2 is a first suspicion
+    # again, not "implicated again": what was before the return was dealt with (the lemon count still sees it).
+    state, verdict = handle(ACT, suspicion("n2", job=7, rung=ActionRung.DRAIN, confidence=0.95), cluster(4))
+    assert verdict.drain == ("n2",)
+    record = state.nodes["n2"].model_copy(
+        update={"state": NodeLifecycle.DRAINED, "drained_at": T0, "drain_reason": "rebound: 7-1 xid-79"}
+    )
+    state = state.model_copy(update={"nodes": {**state.nodes, "n2": record}})
+    state = sync_with_view(state, cluster(4), T0 + timedelta(seconds=300))  # n2 shows resumed
+    assert state.nodes["n2"].state is NodeLifecycle.HEALTHY and state.nodes["n2"].returned_at is not None
+    state, verdict = handle(state, suspicion("n2", job=42, seconds=600), cluster(4))
+    assert verdict.drain == () and verdict.suspected == ("n2",)
+    assert not any("implicated again" in r for r in verdict.reasons)
+    # After the return, a second implication within the window is a repeat again.
+    state, verdict = handle(state, suspicion("n2", job=43, seconds=900), cluster(4))
+    assert verdict.drain == ("n2",)
+    assert "42-1 (rank-killed, job 42)" in next(r for r in verdict.reasons if "implicated again" in r)

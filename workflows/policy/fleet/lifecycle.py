@@ -201,7 +201,7 @@ def after_health_check(
             NodeLifecycle.HELD, f"no longer listed by the scheduler (health check {verdict}: {detail})", now
         )
     elif not current.is_drained:
-        update |= _moved(NodeLifecycle.HEALTHY, "resumed by an operator", now)
+        update |= _returned("resumed by an operator", now)
     elif current.reason != record.drain_reason:
         update |= _moved(NodeLifecycle.EXTERNAL, f"drain reason changed by someone else: {current.reason!r}", now)
     elif not healthy:
@@ -213,13 +213,18 @@ def after_health_check(
             NodeLifecycle.HELD, f"passed health check ({detail}); return_healthy_nodes is off: an operator resumes", now
         )
     else:
-        update |= _moved(NodeLifecycle.HEALTHY, f"returned to service: {detail}", now)
+        update |= _returned(f"returned to service: {detail}", now)
         resume = True
     return state.model_copy(update={"nodes": {**state.nodes, node: record.model_copy(update=update)}}), resume
 
 
 def _moved(to: NodeLifecycle, reason: str, now: datetime) -> dict[str, object]:
     return {"state": to, "since": now, "reason": reason}
+
+
+def _returned(reason: str, now: datetime) -> dict[str, object]:
+    """A node Rebound drained is back in service: healthy, and a clean slate for the repeat rule."""
+    return {**_moved(NodeLifecycle.HEALTHY, reason, now), "returned_at": now}
 
 
 def sync_with_view(state: FleetState, view: ClusterSnapshot, now: datetime) -> FleetState:
@@ -238,7 +243,7 @@ def sync_with_view(state: FleetState, view: ClusterSnapshot, now: datetime) -> F
         update: dict[str, object] | None = None
         if record.state in _OURS_DRAINED:
             if not current.is_drained:
-                update = _moved(NodeLifecycle.HEALTHY, "resumed by an operator", now)
+                update = _returned("resumed by an operator", now)
             elif record.drain_reason and current.reason != record.drain_reason:
                 update = _moved(
                     NodeLifecycle.EXTERNAL, f"drain reason changed by someone else: {current.reason!r}", now

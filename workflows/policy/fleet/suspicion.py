@@ -3,7 +3,9 @@
 A request on the ``exclude`` rung (``workflows.policy.action_ladder``) asks the Fleet to record a suspicion of its
 nodes, not to drain them. A node implicated before, within ``suspicion_window_s`` (by this job's earlier incident
 or by another job), is implicated again: that repeat is the node-level evidence a drain needs, and the node goes on
-to the drain rules naming both incidents. The rest stay suspicions: excluded from the job's next placement, unless
+to the drain rules naming both incidents. Implications from before the node last came back to service (a drain
+Rebound made, then its health check or an operator returned it: ``NodeRecord.returned_at``) were dealt with and
+do not count. The rest stay suspicions: excluded from the job's next placement, unless
 that would leave its partition too few nodes to place it (then less is done, and the reason says so). Pure.
 """
 
@@ -35,7 +37,8 @@ _PLACEABLE = frozenset({NodeBaseState.IDLE, NodeBaseState.MIXED, NodeBaseState.A
 
 def earlier_implications(state: FleetState, req: IsolationRequest, window_s: float) -> dict[str, list[NodeIncident]]:
     """Node of ``req`` -> the earlier incidents (other requests, any job) that implicated it within ``window_s``
-    of this request's failure (closed window, compared by when each was reported), oldest first."""
+    of this request's failure (closed window, compared by when each was reported) and after it last came back to
+    service, oldest first."""
     out: dict[str, list[NodeIncident]] = {}
     for name in unique(req.nodes):
         record = state.nodes.get(name)
@@ -44,7 +47,9 @@ def earlier_implications(state: FleetState, req: IsolationRequest, window_s: flo
         earlier = [
             i
             for i in record.incidents
-            if i.request_id != req.request_id and abs(age_s(req.requested_at, i.at)) <= window_s
+            if i.request_id != req.request_id
+            and abs(age_s(req.requested_at, i.at)) <= window_s
+            and (record.returned_at is None or aware(i.at) > aware(record.returned_at))
         ]
         if earlier:
             out[name] = sorted(earlier, key=lambda i: aware(i.at))
