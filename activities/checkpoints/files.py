@@ -16,6 +16,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from activities.checkpoints.inert_pickle import UnreadablePickle, load_inert
 from workflows.domain.checkpoints import CheckpointFormat, CheckpointStatus
 
 __all__ = [
+    "find_step_dirs",
     "TMP_SUFFIXES",
     "Candidate",
     "guarded",
@@ -211,6 +213,26 @@ def guarded(path: Path, fmt: CheckpointFormat, step: int | None, check: Callable
         return Candidate(path, fmt, step, CheckpointStatus.INCOMPLETE, f"{Path(e.filename or path).name} vanished")
     except OSError as e:
         return unreadable(path, fmt, step, e)
+
+
+def find_step_dirs(
+    root: Path,
+    names: list[str],
+    pattern: re.Pattern[str],
+    fmt: CheckpointFormat,
+    check: Callable[[Path, int], Candidate],
+) -> tuple[list[Candidate], set[str]]:
+    """The directories among ``names`` (entries of ``root``) whose name ``pattern`` matches with the step as its
+    first group (``checkpoint-N``, ``step-N``), each checked by ``check``; and the names claimed."""
+    found: list[Candidate] = []
+    claimed: set[str] = set()
+    for name in names:
+        m = pattern.match(name)
+        if m and (root / name).is_dir():
+            step = int(m.group(1))
+            found.append(guarded(root / name, fmt, step, partial(check, root / name, step)))
+            claimed.add(name)
+    return found, claimed
 
 
 def problem_or_valid(

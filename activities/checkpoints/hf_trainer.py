@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import os
 import re
-from functools import partial
 from pathlib import Path
 
 from activities.checkpoints.dcp import check_dcp
 from activities.checkpoints.files import (
     Candidate,
-    guarded,
+    find_step_dirs,
     incomplete,
     json_file,
     leftover_tmp,
@@ -39,15 +38,7 @@ _STATE_SUFFIXES = (".pt", ".pth", ".bin")
 
 def find(root: Path, names: list[str]) -> tuple[list[Candidate], set[str]]:
     """The Trainer's checkpoints among ``names`` (entries of ``root``), and the names it claims."""
-    found: list[Candidate] = []
-    claimed: set[str] = set()
-    for name in names:
-        m = _DIR.match(name)
-        if m and (root / name).is_dir():
-            step = int(m.group(1))
-            found.append(guarded(root / name, _FMT, step, partial(_check, root / name, step)))
-            claimed.add(name)
-    return found, claimed
+    return find_step_dirs(root, names, _DIR, _FMT, _check)
 
 
 def _check(path: Path, step: int) -> Candidate:

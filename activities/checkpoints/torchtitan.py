@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import os
 import re
-from functools import partial
 from pathlib import Path
 
 from activities.checkpoints.dcp import check_dcp, is_dcp_dir
-from activities.checkpoints.files import Candidate, guarded, incomplete, modified_at, problem_or_valid
+from activities.checkpoints.files import Candidate, find_step_dirs, incomplete, modified_at, problem_or_valid
 from activities.checkpoints.weights import SAFETENSORS_INDEX, index_problem
 from workflows.domain.checkpoints import CheckpointFormat
 
@@ -23,15 +22,7 @@ _DIR = re.compile(r"^step-(\d+)$")
 
 def find(root: Path, names: list[str]) -> tuple[list[Candidate], set[str]]:
     """torchtitan's checkpoints among ``names`` (entries of ``root``), and the names it claims."""
-    found: list[Candidate] = []
-    claimed: set[str] = set()
-    for name in names:
-        m = _DIR.match(name)
-        if m and (root / name).is_dir():
-            step = int(m.group(1))
-            found.append(guarded(root / name, _FMT, step, partial(_check, root / name, step)))
-            claimed.add(name)
-    return found, claimed
+    return find_step_dirs(root, names, _DIR, _FMT, _check)
 
 
 def _check(path: Path, step: int) -> Candidate:
