@@ -1,8 +1,9 @@
 """Node agent side of GPU fault detection: push every new GPU event to the workflows of the jobs on this node.
 
 Monitors publish, workflows act: the agent only reports (a signal per affected job); the job's workflow decides.
-A fault NVIDIA's catalogue puts on the node (reset the GPU, drain) also goes to the cluster's Fleet, which drains the
-node when it already holds a suspicion (a rank that died there earlier with no hardware evidence; ADR 008).
+A fault NVIDIA's catalogue puts on the node (reset the GPU, drain) that no monitored job's workflow hears of goes to
+the cluster's Fleet, which drains the node when it already holds a suspicion (a rank that died there earlier with no
+hardware evidence; ADR 008).
 Pushing, rather than having every workflow poll every node, is what makes detection take a fraction of a second.
 """
 
@@ -85,42 +86,60 @@ def node_level_fault(event: GpuEvent, node: str, catalog: XidCatalog) -> NodeGpu
     return NodeGpuFault(node=node, event=event, action=worst.action, finding=worst.reason)
 
 
-async def _push_to_lineage(event: GpuEvent, job: SlurmJob, client: Client, cluster: str) -> None:
+async def _push_to_lineage(event: GpuEvent, job: SlurmJob, client: Client, cluster: str) -> bool:
+    """Tell the JobRecovery that follows ``job`` as a resubmission; True when one was told."""
     token = token_in(job.comment)
     if token is None:
-        return  # the job is not monitored by Rebound; nothing to tell
+        return False  # the job is not monitored by Rebound; nothing to tell
     try:
         owner = await lineage_workflow_id(client, cluster, job.job_id, token, timeout_s=10.0)
         if owner is not None:
             await client.get_workflow_handle(owner).signal(GPU_FAULT_REPORTED_SIGNAL, event)
             log.warning("reported %s to job %s through its lineage %s", event.kind.value, job.job_id, owner)
+            return True
     except (RPCError, TimeoutError, WorkflowQueryFailedError) as e:
         log.warning("signal to the lineage of job %s failed: %s", job.job_id, e)
+    return False
 
 
-async def _push(event: GpuEvent, scheduler: SchedulerReads, client: Client, cluster: str, node: str) -> None:
-    try:
-        fault = node_level_fault(event, node, default_xid_catalog())
-    except ReboundError as e:  # the packaged catalogue unreadable: the jobs are still told
-        log.warning("cannot read the XID catalogue to judge %s on %s: %s", event.kind.value, node, e)
-        fault = None
-    if fault is not None:
-        try:
-            await report_node_gpu_fault(client, cluster, fault)
-        except RPCError as e:  # NOT_FOUND: no Fleet runs (nothing suspected); anything else is logged
-            if e.status is not RPCStatusCode.NOT_FOUND:
-                log.warning("signal to the Fleet failed: %s", e)
+async def _push_to_jobs(event: GpuEvent, scheduler: SchedulerReads, client: Client, cluster: str, node: str) -> int:
+    """Tell the JobRecovery of every monitored job running on ``node``; how many were told (-1: the jobs could
+    not be listed)."""
     try:
         jobs = affected_jobs(await scheduler.list_jobs(), node, event)
     except ReboundError as e:
         log.warning("cannot list jobs to report %s on %s: %s", event.kind.value, node, e)
-        return
+        return -1
+    told = 0
     for job in jobs:
         try:
             await report_gpu_fault(client, cluster, job.job_id, event)
             log.warning("reported %s (gpu %s xid %s) to job %s", event.kind.value, event.index, event.xid, job.job_id)
+            told += 1
         except RPCError as e:
             if e.status is not RPCStatusCode.NOT_FOUND:
                 log.warning("signal to job %s failed: %s", job.job_id, e)
-            else:  # not monitored under its own id: perhaps a resubmission its lineage's JobRecovery follows
-                await _push_to_lineage(event, job, client, cluster)
+            elif await _push_to_lineage(event, job, client, cluster):
+                told += 1  # not monitored under its own id, but a resubmission its lineage's JobRecovery follows
+    return told
+
+
+async def _push(event: GpuEvent, scheduler: SchedulerReads, client: Client, cluster: str, node: str) -> None:
+    """The jobs first; the Fleet only when no job's recovery heard of it. A job that hears of a node-level fault
+    asks the Fleet to drain with its own incident (the drain is then that incident's action, breaker and approvals
+    included); the Fleet's own escalation of a suspected node is for a node no monitored job runs on any more."""
+    told = await _push_to_jobs(event, scheduler, client, cluster, node)
+    if told > 0:
+        return
+    try:
+        fault = node_level_fault(event, node, default_xid_catalog())
+    except ReboundError as e:
+        log.warning("cannot read the XID catalogue to judge %s on %s: %s", event.kind.value, node, e)
+        return
+    if fault is None:
+        return
+    try:
+        await report_node_gpu_fault(client, cluster, fault)
+    except RPCError as e:  # NOT_FOUND: no Fleet runs (nothing suspected); anything else is logged
+        if e.status is not RPCStatusCode.NOT_FOUND:
+            log.warning("signal to the Fleet failed: %s", e)
