@@ -81,6 +81,13 @@ async def test_an_old_crash_line_in_an_appended_log_gives_no_incident(lab: LabHa
     lab.track(job)
 
     st = await _monitored(client, settings, job, timeout_s=15)
+    # The workflow starts in STARTING (it anchors the job's logs, then starts its watch): wait for WATCHING, then
+    # stay quiet. Never an incident, in either.
+    started = time.monotonic()
+    while st.state is RecoveryState.STARTING and time.monotonic() - started < 30:
+        assert st.incidents == (), [i.anomaly.summary for i in st.incidents]
+        await asyncio.sleep(0.2)
+        st = await jobs_cli.query_status(client, settings, job)
     deadline = time.monotonic() + QUIET_S
     while time.monotonic() < deadline:
         st = await jobs_cli.query_status(client, settings, job)
