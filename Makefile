@@ -40,7 +40,7 @@ typecheck: install
 
 ## Everything: lint, types, unit tests and end-to-end tests on a real lab (started by the test session).
 test: install lint typecheck
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider --durations=25
 
 unit: install
 	$(BIN)/pytest -q -m "not lab"
