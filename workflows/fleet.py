@@ -209,6 +209,9 @@ class FleetWorkflow:
         self._state = policy.sync_with_view(self._state, view, now)
         self._state = policy.clear_stale_suspects(self._state, self._policy, now)
         self._state = policy.note_incident(self._state, req, now, self._policy)
+        # Again after noting: a node Rebound had no record of (sync follows only recorded nodes) that someone else
+        # already drained is EXTERNAL from its first request, not a SUSPECT (pure: no command changes).
+        self._state = policy.sync_with_view(self._state, view, now)
         verdict = policy.decide_isolation(self._state, req, self._policy, view, now)
         reasons = [why, *verdict.reasons] if why else list(verdict.reasons)
         drained: list[str] = []
