@@ -4,7 +4,8 @@ One job per launcher (``deploy.bench.launchers.SUBMIT``: srun per rank, torchrun
 Lightning job, a real Hugging Face Trainer job) is taken through faults one after the other
 (``deploy.bench.launchers_run.run_launcher``, the code of ``rebound bench launchers``), each scored by
 ``deploy.bench.launchers.score_fault``: the right node or none, zero healthy nodes drained, and the job's own load
-line at the latest valid checkpoint's step. Between faults the bench repairs what an operator would.
+line at the latest valid checkpoint's step; on top, Rebound's own resume verdict must be ``verified``. Between
+faults the bench repairs what an operator would.
 
 ``make test`` runs the cells in ``IN_MAKE_TEST`` (what fits its time budget on the 2-core machine, on top of the
 single-fault e2e tests of ``test_recovery_scenarios.py`` and ``test_detection_scenarios.py`` for the srun demo);
@@ -63,3 +64,8 @@ async def test_launcher_job_through_its_faults(lab: LabHandle, launcher: Launche
     assert [r.fault for r in results] == list(opts.faults)
     assert all(r.passed for r in results), "\n".join(failures(results))
     assert not any(r.healthy_drained for r in results)
+    # Rebound itself verified each resume against the checkpoint it recorded before the restart.
+    unverified = [
+        f"{r.fault}: {r.rebound_resume_point or 'no verdict'}" for r in results if r.rebound_resume_point != "verified"
+    ]
+    assert not unverified, unverified

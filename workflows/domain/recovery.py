@@ -117,7 +117,8 @@ class DetectionPolicy(Frozen):
     silent_sample_s: float = Field(300.0, ge=0)
     """A running job that has shown no step line (nor heartbeat) gets its ranks' stacks and its checkpoint
     directory sampled at a quarter of its hang window (its ``hang=``, learned from its checkpoint cadence, else
-    ``hang.silent_default_s``), at most this far apart (so also while a restart is verified); 0: never."""
+    ``hang.silent_default_s``), at most this far apart; while a restart is verified, its stacks every this long;
+    0: never."""
     silent_sample_min_s: float = Field(15.0, gt=0)
     """The shortest interval between two such samples (each asks every node agent for py-spy stacks), however
     short the job's hang window."""

@@ -84,12 +84,15 @@ async def sample(rec: Recorder, job: SlurmJob) -> Anomaly | None:
 
 
 async def wait_resume_or_stacks(rec: Recorder, wait: WaitResumeInput) -> WaitResumeResult:
-    """The resume check, while the restarted ranks' stacks are sampled (``interval``): stacks
+    """The resume check, while every ``detection.silent_sample_s`` the restarted ranks' stacks are sampled: stacks
     that move between two samples mean the job trains again (``ProgressSignal.STACKS``), for a job that prints no
     step line and saves rarely. A job with step lines answers long before the first sample."""
     handle = scheduler.start_wait_resume(wait)
     state = LivenessState(restart_count=wait.expected_restart_count)
-    every, _ = interval(rec, rec.state.liveness)
+    # Every silent_sample_s, not at the hang sampling's pace: a resume seen by stacks cancels the resume check,
+    # whose offsets stay where the wait began, so lines the old attempt's steps wrote late (slurmstepd's "CANCELLED
+    # ... DUE TO NODE FAILURE") were read again as the new attempt's (seen on the lab at a 15 s pace).
+    every = rec.inp.detection.silent_sample_s
     while True:
         with contextlib.suppress(asyncio.TimeoutError):
             await workflow.wait_condition(handle.done, timeout=every, timeout_summary="sample the restarted ranks")
