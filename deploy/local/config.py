@@ -30,7 +30,7 @@ class LabConfig(BaseSettings):
         "the lab takes one job through several faults in a row, and each restart would otherwise wait longer.",
     )
     silent_default_s: float = Field(
-        60.0,
+        30.0,
         gt=0,
         description="The lab worker's hang window for a job without step lines before its checkpoint cadence is "
         "learned (production: 1800 s); such a job is sampled at a quarter of its window.",

@@ -30,12 +30,15 @@ from workers.client import connect
 
 pytestmark = pytest.mark.slow
 
-#: The cells ``make test`` runs: every launcher through a node crash and at least one fault more.
+#: The cells ``make test`` runs (all 16 took 690 s on the 2-core lab, too long for its budget): every launcher
+#: through a node crash and at least one fault more. The srun demo's row is not repeated here: its four faults are
+#: ``make test``'s single-fault e2e tests (``test_recovery_scenarios.py``: node crash, XID 79, rank crash;
+#: ``test_detection_scenarios.py``: hung rank), whose histories the replay tests also record.
 IN_MAKE_TEST: dict[Launcher, tuple[Fault, ...]] = {
-    "srun": FAULTS,
-    "torchrun": FAULTS,
-    "lightning": FAULTS,
-    "hf": FAULTS,
+    "srun": (),
+    "torchrun": ("node-crash", "xid"),
+    "lightning": ("node-crash", "hang"),
+    "hf": ("node-crash", "rank-kill"),
 }
 #: The Python modules a launcher's job needs (the trainers extra).
 _NEEDS: dict[Launcher, str] = {"lightning": "lightning", "hf": "transformers"}
@@ -48,13 +51,16 @@ def faults_for(launcher: Launcher) -> tuple[Fault, ...]:
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 async def test_launcher_job_through_its_faults(lab: LabHandle, launcher: Launcher) -> None:
+    faults = faults_for(launcher)
+    if not faults:
+        pytest.skip(f"{launcher}: not in make test's matrix (IN_MAKE_TEST); REBOUND_E2E_MATRIX=all runs it")
     if launcher in _NEEDS:
         pytest.importorskip(_NEEDS[launcher])
     settings = lab_rebound_settings(lab)
     client = await connect(settings.temporal)
     await settle_leftovers(lab, client)
     ctx = BenchContext(lab=lab.lab, client=client, settings=settings, opts=BenchOptions(setup_timeout_s=180.0))
-    opts = LauncherOptions(launchers=(launcher,), faults=faults_for(launcher))
+    opts = LauncherOptions(launchers=(launcher,), faults=faults)
     started = time.monotonic()
     results = await run_launcher(ctx, opts, launcher, f"e2e-{int(time.time() * 1000) % 10**9}")
     print(f"\n{format_table(results)}\n{launcher}: {len(results)} faults in {time.monotonic() - started:.0f} s")
