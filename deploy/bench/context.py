@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from deploy.bench.labparse import NodeRow, parse_sinfo_nodes
-from deploy.bench.scenarios import SCENARIOS, Scenario
+from deploy.bench.scenarios import SCENARIOS, XID, Scenario, pick_target
 from deploy.local.processes import LabError, run
 from workflows.constants import is_rebound_drain
 from workflows.domain.base import Frozen
@@ -26,10 +26,24 @@ from workflows.domain.recovery import JobRecoveryStatus
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from deploy.demo.common import FaultKind
+    from deploy.demo.injections import InjectionRecord
     from deploy.local.lab import Lab
     from workers.settings import Settings
 
-__all__ = ["BenchContext", "BenchError", "BenchOptions", "read_lines", "say", "until"]
+__all__ = ["INJECTED", "BenchContext", "BenchError", "BenchOptions", "read_lines", "say", "until"]
+
+#: What each fault of the lab benchmarks (``rebound bench recovery`` scenarios, ``rebound bench launchers``
+#: faults) injects (``rebound lab inject`` kinds): into the target rank (``pick_target``), its node for
+#: ``node-crash``, every rank for ``user-bug``.
+INJECTED: dict[str, FaultKind] = {
+    "rank-crash": "crash",
+    "rank-kill": "kill",
+    "xid": "gpu-fault",
+    "hang": "hang",
+    "node-crash": "node-crash",
+    "user-bug": "user-bug",
+}
 
 
 class BenchOptions(Frozen):
@@ -115,6 +129,27 @@ class BenchContext:
             if not isinstance(e, ReboundError):
                 say(f"status query of job {job_id} failed: {e}")
             return None
+
+    def inject(self, fault: str, run: str) -> InjectionRecord:
+        """Inject ``fault`` (a key of ``INJECTED``) into ``run``'s target rank (``pick_target``) or its node.
+
+        Raises:
+            ValueError: an unknown fault, or no target (every rank on rank 0's node).
+            InjectionError: the injection failed.
+        """
+        from deploy.demo.inject import inject
+        from deploy.demo.injections import live_ranks
+
+        kind = INJECTED.get(fault)
+        if kind is None:
+            raise ValueError(f"unknown bench fault {fault!r}: choose from {', '.join(INJECTED)}")
+        layout = self.lab.cfg.layout
+        if kind == "user-bug":
+            return inject(layout, kind, run=run, rank="all")
+        target = pick_target(live_ranks(layout, run))
+        if kind == "node-crash":
+            return inject(layout, kind, run=run, node=target.node)
+        return inject(layout, kind, run=run, rank=target.rank, xid=XID)
 
     async def prepare_lab(self, *, crashed_node: str | None = None) -> None:
         """Lab up (restarts a crashed node's slurmd), Rebound's drains resumed, every node idle."""

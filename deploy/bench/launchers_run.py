@@ -36,7 +36,7 @@ from deploy.bench.launchers import (
     report,
     score_fault,
 )
-from deploy.bench.scenarios import XID, GroundTruth, pick_target
+from deploy.bench.scenarios import GroundTruth
 from deploy.bench.scoring import incidents_after, is_done
 from workflows.domain.base import Frozen
 from workflows.domain.checkpoints import CheckpointRef, CheckpointReport, CheckpointStatus
@@ -111,21 +111,6 @@ async def _wait_training(ctx: BenchContext, run_dir: Path, job_id: int, after: i
     await until(f"job {job_id} saved a checkpoint after step {after or 0}", timeout_s, 1.0, trained)
 
 
-def _inject(ctx: BenchContext, fault: Fault, run: str) -> InjectionRecord:
-    from deploy.demo.inject import inject
-    from deploy.demo.injections import live_ranks
-
-    layout = ctx.lab.cfg.layout
-    target = pick_target(live_ranks(layout, run))
-    if fault == "node-crash":
-        return inject(layout, "node-crash", run=run, node=target.node)
-    if fault == "xid":
-        return inject(layout, "gpu-fault", run=run, rank=target.rank, xid=XID)
-    if fault == "rank-kill":
-        return inject(layout, "kill", run=run, rank=target.rank)
-    return inject(layout, "hang", run=run, rank=target.rank)
-
-
 async def _wait_outcome(
     ctx: BenchContext, run_dir: Path, job_id: int, before: set[int], node: str, timeout_s: float
 ) -> tuple[JobRecoveryStatus | None, CheckpointReport | None, bool]:
@@ -172,7 +157,7 @@ async def _one_fault(
         drained_before = set(rebound_drained(ctx.nodes(), job_id))
         log = _log_path(run_dir, launcher, job_id)
         fault_index = len(read_lines(log))
-        record = await asyncio.to_thread(_inject, ctx, fault, run)
+        record = await asyncio.to_thread(ctx.inject, fault, run)
         if record.node is None:
             raise BenchError(f"{fault} injection {record.id} recorded no node")
         say(f"{launcher} x {fault}: injected {record.kind} rank {record.rank} on {record.node} at {record.t0:%T.%f}")

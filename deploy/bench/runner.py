@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from deploy.bench.context import BenchContext, BenchError, BenchOptions, read_lines, say, until
 from deploy.bench.labparse import parse_rank_log, rebound_drained
-from deploy.bench.scenarios import XID, GroundTruth, Scenario, ground_truth, pick_target
+from deploy.bench.scenarios import GroundTruth, Scenario, ground_truth
 from deploy.bench.scoring import RunResult, is_done, score_run
 from workflows.domain.recovery import JobRecoveryStatus
 
@@ -40,21 +40,6 @@ async def _wait_training(ctx: BenchContext, run_dir: Path, job_id: int) -> None:
         return bool(first and first.saved_steps and (first.last_step or 0) >= ctx.opts.warmup_steps)
 
     await until(f"job {job_id} trained {ctx.opts.warmup_steps} steps", ctx.opts.setup_timeout_s, 0.5, trained)
-
-
-def _inject(ctx: BenchContext, scenario: Scenario, run: str) -> InjectionRecord:
-    from deploy.demo.inject import inject
-    from deploy.demo.injections import live_ranks
-
-    layout = ctx.lab.cfg.layout
-    target = pick_target(live_ranks(layout, run))
-    if scenario == "rank-crash":
-        return inject(layout, "crash", run=run, rank=target.rank)
-    if scenario == "xid":
-        return inject(layout, "gpu-fault", run=run, rank=target.rank, xid=XID)
-    if scenario == "node-crash":
-        return inject(layout, "node-crash", run=run, node=target.node)
-    return inject(layout, "user-bug", run=run, rank="all")
 
 
 async def _wait_outcome(
@@ -122,7 +107,7 @@ async def run_one(ctx: BenchContext, scenario: Scenario, index: int, stamp: str)
         await _wait_training(ctx, layout.run_dir(run), jid)
         pre = await ctx.status(jid)
         before = {i.number for i in pre.incidents} if pre is not None else set()
-        record = await asyncio.to_thread(_inject, ctx, scenario, run)
+        record = await asyncio.to_thread(ctx.inject, scenario, run)
         truth = ground_truth(scenario, record)
         where = f"rank {record.rank} " if record.rank is not None else ""
         say(f"{scenario} #{index}: injected {record.kind} {where}on {record.node or 'every node'} at {record.t0:%T.%f}")

@@ -23,6 +23,21 @@ class LabConfig(BaseSettings):
     hang_floor_s: float = Field(
         8.0, gt=0, description="Shortest hang window of the lab's worker (its demo steps take ~0.2 s)."
     )
+    restart_backoff_s: tuple[float, ...] = Field(
+        (0.0, 1.0),
+        min_length=1,
+        description="The lab worker's pause before restart n+1 of a job (production: 0, 10, 30, 60, 120, 300 s): "
+        "the lab takes one job through several faults in a row, and each restart would otherwise wait longer.",
+    )
+    silent_default_s: float = Field(
+        30.0,
+        gt=0,
+        description="The lab worker's hang window for a job without step lines before its checkpoint cadence is "
+        "learned (production: 1800 s); such a job is sampled at a quarter of its window.",
+    )
+    silent_sample_min_s: float = Field(
+        5.0, gt=0, description="The lab worker's shortest interval between two stack samples of a silent job."
+    )
     memory_mb: int = Field(4000, ge=100)
     slurmctld_port: int = Field(6817, ge=1024, le=65535)
     slurmd_port_base: int = Field(17001, ge=1024, le=65000)

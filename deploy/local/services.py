@@ -35,6 +35,11 @@ class ReboundServices:
             # seconds) would make a hang wait a minute; 8 s still sits far above the lab's worst pauses (~2 s).
             REBOUND_DETECTION__HANG__FLOOR_S=str(self.cfg.hang_floor_s),
             REBOUND_DETECTION__HANG__STARTUP_S="120",
+            # One job is taken through several faults in a row (tests/e2e/test_launcher_matrix.py, the launchers
+            # bench): production's growing restart backoff and half-hour silent window would make that minutes.
+            REBOUND_DETECTION__RESTART_BACKOFF_S=json.dumps(list(self.cfg.restart_backoff_s)),
+            REBOUND_DETECTION__HANG__SILENT_DEFAULT_S=str(self.cfg.silent_default_s),
+            REBOUND_DETECTION__SILENT_SAMPLE_MIN_S=str(self.cfg.silent_sample_min_s),
             # Jobs' logs are read only inside the lab (where the demo writes them), and only their user's files.
             REBOUND_WATCH__LOG_ROOTS=json.dumps([str(self.lay.state_dir.resolve())]),
             # The lab acts (production starts in observe mode); its operators are "lab" and whoever runs it. The

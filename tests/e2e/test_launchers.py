@@ -2,8 +2,9 @@
 
 - torchrun under srun (one Slurm task per node, 2 workers each, everything in ``slurm-%j.out`` with torchrun's
   ``[rankN]:`` prefixes): Rebound places every rank from the node agents' view of the processes while the job
-  trains; an XID on the GPU of a rank whose node srun's task layout does not give is attributed to the node the
-  rank really ran on, only that node is drained, and the job resumes from its checkpoint on the other nodes.
+  trains, not by srun's layout over the tasks. Its faults (an XID on such a rank pinned on the node it ran on,
+  only that node drained, the resume at the latest checkpoint) are the launcher matrix's
+  (``test_launcher_matrix.py``).
 - srun one task per rank with ``--distribution=cyclic``: the placement Rebound records is the cyclic one the
   ranks themselves report, not srun's default block layout.
 
@@ -18,23 +19,16 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from deploy.demo.inject import inject
 from deploy.demo.injections import live_rank
 from deploy.demo.submit import submit_demo
 from tests.e2e.recovery_support import (
-    CtldLog,
     DemoJob,
     Recovery,
-    incident_of,
-    latency_report,
     settle_leftovers,
-    sinfo_drains,
     slurm_job,
 )
 from tests.lab_support import LabHandle, lab_rebound_settings
 from workers.client import connect
-from workflows.domain.incident import ActionKind, FailureClass
-from workflows.domain.slurm import JobState
 from workflows.policy.attribution import block_rank_layout
 
 pytestmark = pytest.mark.slow
@@ -86,43 +80,20 @@ def placement(nodes: dict[int, str]) -> str:
     return " ".join(f"{a}-{b}@{n}" if b > a else f"{a}@{n}" for a, b, n in spans)
 
 
-async def test_torchrun_xid_on_a_rank_is_pinned_on_the_node_it_ran_on(lab: LabHandle) -> None:
-    async with watched(lab, "torchrun-xid", "torchrun") as (job, rec):
+async def test_torchrun_ranks_are_placed_on_the_nodes_they_ran_on(lab: LabHandle) -> None:
+    async with watched(lab, "torchrun-ranks", "torchrun") as (job, rec):
         where = truth(lab, job)
         slurm = await slurm_job(lab, job.job_id)
         assert slurm.task_count == 2, slurm  # one torchrun per node: Slurm's tasks are not the ranks
         st = await rec.wait_timeline("RANKS", "launcher per-node", timeout_s=90)
         entry = next(e for e in st.timeline if e.event == "RANKS")
         assert entry.detail.endswith(f": {placement(where)}"), (entry.detail, where)
-        lab.wait_for(job.has_checkpoint, 120)
-        assert (job.run_dir / f"slurm-{job.job_id}.out").exists() and not any((job.run_dir / "logs").glob("*.log"))
-
-        # A rank whose node srun's layout over the tasks would not give (rank 2: no such task; rank 1: task 1 is
-        # the second node, while torchrun put ranks 0-1 on its first group's node).
+        # A rank whose node srun's layout over the tasks would not give exists (rank 2: no such task; rank 1: task 1
+        # is the second node, while torchrun put ranks 0-1 on its first group's node): the map is not that guess.
         guess = block_rank_layout(slurm.nodes, slurm.task_count)
-        rank = next(r for r in (2, 1) if guess.get(r) != where[r])
-        bad = where[rank]
-        healthy = [n for n in slurm.nodes if n != bad]
-        ctld = CtldLog.mark(lab)
-        try:
-            record = inject(lab.layout, "gpu-fault", run=job.run, rank=rank, xid=79)
-            assert record.node == bad
-            st = await rec.wait_resumed(timeout_s=180)
-            inc = incident_of(st)
-            assert inc is not None and inc.attribution is not None, rec.describe()
-            att = inc.attribution
-            assert att.implicated_nodes == (bad,), f"rank {rank} ran on {bad}; attributed {att}\n{rec.describe()}"
-            assert att.failure_class is FailureClass.HARDWARE, att
-            drained = [n for n, _ in ctld.drains()]
-            assert drained == [bad] and not set(sinfo_drains(lab)) & set(healthy), (drained, sinfo_drains(lab))
-            assert [a.target for a in inc.actions if a.kind is ActionKind.DRAIN] == [bad]
-            after = await slurm_job(lab, job.job_id)
-            assert after.state is JobState.RUNNING and bad not in after.nodes, after
-            assert inc.resumed_from.startswith("step_"), inc.resumed_from
-            print(latency_report(f"torchrun XID 79 on rank {rank} ({bad})", st, inc, record.t0_epoch))
-        finally:
-            for n in slurm.nodes:
-                lab.lab.rebound.reset_gpus(n)
+        assert any(guess.get(r) != where[r] for r in (1, 2)), (guess, where)
+        lab.wait_for((job.run_dir / f"slurm-{job.job_id}.out").exists, 30)
+        assert not any((job.run_dir / "logs").glob("*.log"))
 
 
 async def test_cyclic_distribution_is_placed_as_the_ranks_ran(lab: LabHandle) -> None:

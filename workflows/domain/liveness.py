@@ -62,6 +62,7 @@ class StackMotion(StrEnum):
     ADVANCING = "advancing"
     """Some rank's stack changed since the previous sample: the job runs."""
     PARKED = "parked"
-    """Every rank's stack unchanged, a strict majority inside a collective: waiting for a peer, if it lasts."""
+    """Every rank's stack unchanged, a strict majority (or all ranks but one) inside a collective: waiting for a
+    peer, if it lasts."""
     STILL = "still"
     """Unchanged, without a majority in a collective (a long kernel, I/O, evaluation): no verdict from stacks."""

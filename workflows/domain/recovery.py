@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, NonNegativeFloat, model_validator
 
 from workflows.domain.base import Frozen
 from workflows.domain.checkpoints import CheckpointFallback
@@ -31,6 +31,10 @@ MAX_TIMELINE = 200
 MAX_SEEN_GPU_EVENTS = 256
 #: Signalled GPU events waiting for attribution (the first ones of a storm: the same XID again adds nothing).
 MAX_PENDING_GPU_EVENTS = 64
+
+#: The restart backoff's default (``DetectionPolicy.restart_backoff_s``): a hardware fault on a healthy job deserves
+#: seconds, a crash loop deserves a growing pause.
+DEFAULT_RESTART_BACKOFF_S = (0.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 #: Resubmission tokens remembered (each incident reserves one; the budget caps incidents far below this).
 MAX_RESUBMIT_TOKENS = 100
@@ -112,8 +116,15 @@ class DetectionPolicy(Frozen):
     """Per rank: how long a py-spy dump of a hung rank may take before the job is restarted anyway."""
     silent_sample_s: float = Field(300.0, ge=0)
     """A running job that has shown no step line (nor heartbeat) gets its ranks' stacks and its checkpoint
-    directory sampled this often (progress without step lines; its hang window is ``hang.silent_default_s`` or
-    learned); 0: never."""
+    directory sampled at a quarter of its hang window (its ``hang=``, learned from its checkpoint cadence, else
+    ``hang.silent_default_s``), at most this far apart; while a restart is verified, its stacks every this long;
+    0: never."""
+    silent_sample_min_s: float = Field(15.0, gt=0)
+    """The shortest interval between two such samples (each asks every node agent for py-spy stacks), however
+    short the job's hang window."""
+    restart_backoff_s: tuple[NonNegativeFloat, ...] = Field(DEFAULT_RESTART_BACKOFF_S, min_length=1)
+    """Seconds to wait before restart number n+1 of a job (index n; the last value repeats): the first restart is
+    immediate, a crash loop gets a growing pause."""
     rank_map_after_s: float = Field(5.0, ge=0, le=3600)
     """How long after an attempt is seen running the node agents are first asked which rank runs where; asked
     again after twice, then three times as long while some job node shows no rank yet (torchrun's rendezvous

@@ -28,15 +28,27 @@ with workflow.unsafe.imports_passed_through():
     from workflows.domain.slurm import SlurmJob
     from workflows.job_recovery.evidence import MAX_STACKS
     from workflows.job_recovery.recorder import Recorder
-    from workflows.policy.hang import assess_silent_hang
+    from workflows.policy.hang import assess_silent_hang, silent_sample_interval
     from workflows.policy.recovery import hang_policy
     from workflows.policy.stacks import note_liveness, stack_motion
 
-__all__ = ["PATCH_LIVENESS", "PATCH_VERIFY_STACKS", "sample", "wait_resume_or_stacks"]
+__all__ = ["PATCH_LIVENESS", "PATCH_VERIFY_STACKS", "interval", "sample", "wait_resume_or_stacks"]
 
 PATCH_LIVENESS = "liveness-sampling"
 #: The resume check runs as a handle while the workflow samples the restarted ranks' stacks.
 PATCH_VERIFY_STACKS = "verify-stacks"
+
+
+def interval(rec: Recorder, state: LivenessState | None) -> tuple[float, str]:
+    """How often to sample this job (``workflows.policy.hang.silent_sample_interval``): a fraction of its hang
+    window, so a silent job's hang is seen within about that window, bounded by the operator's settings."""
+    detection = rec.inp.detection
+    return silent_sample_interval(
+        hang_policy(detection, rec.inp.spec),
+        state.checkpoint_times if state is not None else (),
+        least_s=detection.silent_sample_min_s,
+        most_s=detection.silent_sample_s,
+    )
 
 
 async def sample(rec: Recorder, job: SlurmJob) -> Anomaly | None:
@@ -50,14 +62,20 @@ async def sample(rec: Recorder, job: SlurmJob) -> Anomaly | None:
         saved = (latest.path, latest.saved_at) if latest is not None else None
     state = rec.state.liveness
     if state is None or state.restart_count != job.restart_count:
-        state = LivenessState(restart_count=job.restart_count)
+        # A new attempt's ranks are sampled afresh; the job's checkpoint cadence (its hang window) carries over.
+        kept = state.checkpoint_times if state is not None else ()
+        state = LivenessState(restart_count=job.restart_count, checkpoint_times=kept)
     now = workflow.now()
     state = note_liveness(state, now, found.stacks, found.processes, saved)
     policy = hang_policy(rec.inp.detection, rec.inp.spec)
     verdict = assess_silent_hang(state, now, policy, expected_ranks=min(job.task_count, MAX_STACKS))
     if verdict.window_detail != state.window_note:
         state = state.model_copy(update={"window_note": verdict.window_detail})
-        rec.record("LIVENESS", f"no step lines: hang window {verdict.window_s:.0f} s, {verdict.window_detail}")
+        _, sampled = interval(rec, state)
+        rec.record(
+            "LIVENESS",
+            f"no step lines: hang window {verdict.window_s:.0f} s, {verdict.window_detail}; sampled {sampled}",
+        )
     rec.update(liveness=state)
     if not verdict.hung:
         return None
@@ -71,6 +89,9 @@ async def wait_resume_or_stacks(rec: Recorder, wait: WaitResumeInput) -> WaitRes
     step line and saves rarely. A job with step lines answers long before the first sample."""
     handle = scheduler.start_wait_resume(wait)
     state = LivenessState(restart_count=wait.expected_restart_count)
+    # Every silent_sample_s, not at the hang sampling's pace: a resume seen by stacks cancels the resume check,
+    # whose offsets stay where the wait began, so lines the old attempt's steps wrote late (slurmstepd's "CANCELLED
+    # ... DUE TO NODE FAILURE") were read again as the new attempt's (seen on the lab at a 15 s pace).
     every = rec.inp.detection.silent_sample_s
     while True:
         with contextlib.suppress(asyncio.TimeoutError):

@@ -243,7 +243,7 @@ async def restart(rec: Recorder, number: int, job: SlurmJob, exclude: tuple[str,
     )
     # Only a job that is not requeued takes the patched branch: requeue histories replay unchanged (ADR 012).
     resubmitting = choice.strategy is not RestartStrategy.REQUEUE and workflow.patched(resubmission.RESUBMIT_PATCH)
-    pause = backoff_s(rec.status.restarts_used)
+    pause = backoff_s(rec.status.restarts_used, rec.inp.detection.restart_backoff_s)
     backoff = f" after {pause:.0f} s backoff" if pause else ""
     how = "resubmit" if resubmitting else "requeue"
     rec.set_state(RecoveryState.RESTARTING, f"{how} excluding {','.join(exclude) or '-'}{backoff}", number)

@@ -187,7 +187,8 @@ class JobRecoveryWorkflow:
                 rec.update_status(log_offsets=anchored)
         watch = scheduler.watch_input(rec.inp, rec.state, job)
         if rec.inp.detection.silent_sample_s > 0 and workflow.patched(liveness.PATCH_LIVENESS):
-            watch = watch.model_copy(update={"sample_after_s": rec.inp.detection.silent_sample_s})
+            every, _ = liveness.interval(rec, rec.state.liveness)
+            watch = watch.model_copy(update={"sample_after_s": every})
         handle = scheduler.start_watch(watch, job)
         self._look_at_ranks(job)
         await workflow.wait_condition(lambda: handle.done() or bool(rec.state.gpu_events) or bool(rec.status.paused_by))

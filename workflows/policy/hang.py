@@ -41,7 +41,19 @@ from workflows.domain.liveness import LivenessState, StackMotion
 from workflows.domain.progress import ProgressState, RankProgress, aware
 from workflows.policy.stacks import stack_motion
 
-__all__ = ["assess_hang", "assess_silent_hang", "hang_window", "percentile", "silent_window"]
+__all__ = [
+    "SAMPLES_PER_WINDOW",
+    "assess_hang",
+    "assess_silent_hang",
+    "hang_window",
+    "percentile",
+    "silent_sample_interval",
+    "silent_window",
+]
+
+#: A job without step lines is sampled this many times per hang window: parked stacks are first seen at most a
+#: quarter window after the hang began, so the hang is called within about 1.25 windows (plus one sample).
+SAMPLES_PER_WINDOW = 4
 
 _CONFIDENCE_BEHIND = 0.8
 _CONFIDENCE_EARLIER = 0.5
@@ -199,6 +211,24 @@ def silent_window(policy: HangPolicy, checkpoint_times: Sequence[datetime]) -> t
         f"{policy.cadence_min_intervals} checkpoint intervals learned)"
     )
     return policy.silent_default_s, WindowBasis.DEFAULT, detail
+
+
+def silent_sample_interval(
+    policy: HangPolicy, checkpoint_times: Sequence[datetime], *, least_s: float, most_s: float
+) -> tuple[float, str]:
+    """How often to sample a job that prints no step line: ``SAMPLES_PER_WINDOW`` times per its hang window
+    (``silent_window``: its ``hang=``, its checkpoint cadence, else the operator's default), never more often
+    than every ``least_s`` (each sample asks every node agent for stacks) nor less often than every ``most_s``
+    (the operator's ceiling wins when the two cross).
+
+    Returns:
+        The interval in seconds and how it was derived (for the timeline).
+    """
+    window, basis, _ = silent_window(policy, checkpoint_times)
+    wanted = window / SAMPLES_PER_WINDOW
+    interval = min(max(wanted, least_s), most_s)
+    bound = "" if interval == wanted else f", bounded to [{least_s:g}, {most_s:g}] s"
+    return interval, f"every {interval:.0f} s: 1/{SAMPLES_PER_WINDOW} of the {window:.0f} s window ({basis}){bound}"
 
 
 def assess_silent_hang(

@@ -227,7 +227,8 @@ def note_liveness(
         by_rank[rank] = old.model_copy(update=update)
     times = state.checkpoint_times
     path = state.last_checkpoint
-    if checkpoint is not None and checkpoint[0] != state.last_checkpoint:
+    # A new save is a new path, or the same path completed again (Lightning rewrites ``last.ckpt``).
+    if checkpoint is not None and (checkpoint[0] != path or (checkpoint[1] is not None and checkpoint[1] not in times)):
         path = checkpoint[0]
         if checkpoint[1] is not None and checkpoint[1] not in times:
             times = (*times, checkpoint[1])[-MAX_CHECKPOINT_TIMES:]
@@ -254,8 +255,10 @@ def stack_motion(state: LivenessState, expected_ranks: int = 0) -> tuple[StackMo
     if any(r.unchanged_since == state.last_sample_at for r in stacked):
         return StackMotion.ADVANCING, None
     since = max(r.unchanged_since for r in stacked if r.unchanged_since is not None)
-    # Peers wait in the collective for the rank that never arrives: a strict majority in one is enough (the
-    # others, stuck in their own code, are the odd ranks the incident names).
-    if 2 * sum(r.in_collective for r in stacked) > len(stacked):
+    # Peers wait in the collective for the rank that never arrives: a strict majority in one is enough, or every
+    # rank but one (two ranks: the peer waits, the stuck one is in its own code); the others, stuck in their own
+    # code, are the odd ranks the incident names.
+    waiting = sum(r.in_collective for r in stacked)
+    if 2 * waiting > len(stacked) or (waiting >= 1 and waiting == len(stacked) - 1):
         return StackMotion.PARKED, since
     return StackMotion.STILL, since

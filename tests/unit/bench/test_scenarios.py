@@ -50,3 +50,12 @@ def test_parse_scenarios() -> None:
         parse_scenarios("disk-full")
     with pytest.raises(ValueError):
         parse_scenarios(",")
+
+
+def test_every_bench_fault_has_one_injection() -> None:
+    # One injector for both lab benchmarks (``BenchContext.inject``): every scenario and launcher fault is in it.
+    from deploy.bench.context import INJECTED
+    from deploy.bench.launchers import FAULTS
+
+    assert set(SCENARIOS) | set(FAULTS) == set(INJECTED)
+    assert INJECTED["rank-kill"] == "kill" and INJECTED["xid"] == "gpu-fault"

@@ -12,7 +12,7 @@ from workflows.domain.loop import WatchOutcome
 from workflows.domain.procs import RankProcess, RankStack
 from workflows.domain.progress import ProgressState, note_activity, observe
 from workflows.domain.slurm import SlurmJob
-from workflows.policy.hang import assess_hang, assess_silent_hang, silent_window
+from workflows.policy.hang import assess_hang, assess_silent_hang, silent_sample_interval, silent_window
 from workflows.policy.stacks import in_collective, note_liveness, stack_motion
 from workflows.policy.watch import WatchAction, WatchFacts, decide_poll
 
@@ -119,6 +119,49 @@ def test_checkpoints_seen_are_remembered_once_each() -> None:
     state = note_liveness(state, at(60), [], checkpoint=("/ck/a", at(-10)))
     state = note_liveness(state, at(120), [], checkpoint=("/ck/b", at(100)))
     assert state.checkpoint_times == (at(-10), at(100)) and state.last_checkpoint == "/ck/b"
+
+
+def test_a_checkpoint_rewritten_in_place_is_a_new_save() -> None:
+    # Lightning's last.ckpt: the scanner names the same path after every save; its completion time moves.
+    state = note_liveness(LivenessState(), at(0), [], checkpoint=("/ck/last.ckpt", at(-10)))
+    state = note_liveness(state, at(30), [], checkpoint=("/ck/last.ckpt", at(20)))
+    state = note_liveness(state, at(60), [], checkpoint=("/ck/last.ckpt", at(20)))
+    assert state.checkpoint_times == (at(-10), at(20)) and state.last_checkpoint == "/ck/last.ckpt"
+
+
+def test_two_ranks_one_waiting_in_a_collective_the_other_stuck_are_parked() -> None:
+    # Two ranks: the peer waits in the all-reduce for the rank stuck in its own code (no strict majority exists).
+    two = _samples((0, [OWN_CODE, OWN_CODE]), (30, [DDP_BACKWARD, OWN_CODE]), (60, [DDP_BACKWARD, OWN_CODE]))
+    assert stack_motion(two) == (StackMotion.PARKED, at(30))
+    verdict = assess_silent_hang(two, at(700), POLICY, expected_ranks=2)
+    assert verdict.hung and verdict.culprit_rank == 1
+    # Half of four ranks in a collective is neither a majority nor all but one: no verdict from stacks.
+    half = _samples(
+        (0, [OWN_CODE] * 4), (30, [COLLECTIVE] * 2 + [OWN_CODE] * 2), (60, [COLLECTIVE] * 2 + [OWN_CODE] * 2)
+    )
+    assert stack_motion(half)[0] is StackMotion.STILL
+    # A single rank in its own code waits for nobody.
+    alone = _samples((0, [OWN_CODE]), (30, [OWN_CODE]))
+    assert stack_motion(alone)[0] is StackMotion.STILL
+
+
+def test_a_silent_job_is_sampled_at_a_quarter_of_its_hang_window_within_bounds() -> None:
+    # The operator's default window (600 s): every 150 s.
+    assert silent_sample_interval(POLICY, [], least_s=15, most_s=300)[0] == 150
+    # The job's own hang= 120 s: every 30 s, so its hang is seen within about 1.25 windows, not after 300 s.
+    own = POLICY.model_copy(update={"override_s": 120.0})
+    every, how = silent_sample_interval(own, [], least_s=15, most_s=300)
+    assert every == 30 and "1/4 of the 120 s window (override)" in how
+    # Learned from its checkpoints: saves 20 s apart give a 60 s window (the floor): every 15 s.
+    assert silent_sample_interval(POLICY, [at(0), at(20), at(40)], least_s=15, most_s=300)[0] == 15
+    # Bounded: never more often than least_s (each sample dumps every rank), never rarer than most_s.
+    short = POLICY.model_copy(update={"override_s": 8.0})
+    every, how = silent_sample_interval(short, [], least_s=5, most_s=300)
+    assert every == 5 and "bounded to [5, 300] s" in how
+    long = POLICY.model_copy(update={"override_s": 7200.0})
+    assert silent_sample_interval(long, [], least_s=15, most_s=300)[0] == 300
+    # The ceiling wins when the two cross: an operator who asks for samples every 30 s gets them.
+    assert silent_sample_interval(short, [], least_s=60, most_s=30)[0] == 30
 
 
 def test_a_heartbeat_only_job_gets_a_step_line_jobs_hang_verdict() -> None:
