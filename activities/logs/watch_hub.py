@@ -173,36 +173,36 @@ class ShardHub:
         """The shard's members as heartbeat details, bounded (module docstring): at most ``MAX_DETAILS_BYTES`` of
         JSON, and at most ``MAX_PACKED_BYTES`` once compressed."""
         entries = {key: _member_entry(m) for key, m in self.members.items()}
-        sizes = {key: len(json.dumps(e, separators=(",", ":"))) for key, e in entries.items()}
-        entries = self._fit(entries, sizes, MAX_DETAILS_BYTES)
-        packed = _pack(entries)
+        texts = {key: _json(e) for key, e in entries.items()}  # each member serialised once
+        kept = self._fit(entries, texts, MAX_DETAILS_BYTES)
+        packed = _pack(kept, texts)
         if len(packed) > MAX_PACKED_BYTES:  # compressed worse than JSON ever does: cut to the ratio seen
-            budget = int(sum(sizes[k] for k in entries) * MAX_PACKED_BYTES / len(packed) * 0.9)
-            entries = self._fit(entries, sizes, budget)
-            packed = _pack(entries)
-        return {"v": _DETAILS_VERSION, **(extra or {}), "members": len(entries), "packed": packed}
+            budget = int(sum(len(texts[k]) for k in kept) * MAX_PACKED_BYTES / len(packed) * 0.9)
+            kept = self._fit(entries, texts, budget)
+            packed = _pack(kept, texts)
+        return {"v": _DETAILS_VERSION, **(extra or {}), "members": len(kept), "packed": packed}
 
-    def _fit(self, entries: dict[str, Any], sizes: dict[str, int], budget: int) -> dict[str, Any]:
-        """``entries`` within ``budget`` bytes of JSON: the largest members' progress left out first, then members
-        (logged: the shard holds too many jobs)."""
-        total = sum(sizes[k] for k in entries)
-        for key in sorted(entries, key=sizes.__getitem__, reverse=True):
+    def _fit(self, entries: dict[str, Any], texts: dict[str, str], budget: int) -> list[str]:
+        """The members kept within ``budget`` bytes of JSON (``texts`` updated): the largest members' progress left
+        out first, then members (logged: the shard holds too many jobs)."""
+        total = sum(len(texts[k]) for k in entries)
+        for key in sorted(entries, key=lambda k: len(texts[k]), reverse=True):
             if total <= budget:
-                return entries
+                return list(entries)
             watch = entries[key]["sub"]["watch"]
             if "progress" in watch:
-                before = sizes[key]
+                before = len(texts[key])
                 del watch["progress"]
-                sizes[key] = len(json.dumps(entries[key], separators=(",", ":")))
-                total -= before - sizes[key]
+                texts[key] = _json(entries[key])
+                total -= before - len(texts[key])
         if total <= budget:
-            return entries
-        kept: dict[str, Any] = {}
+            return list(entries)
+        kept: list[str] = []
         running = 0
-        for key, entry in entries.items():
-            if running + sizes[key] <= budget:
-                kept[key] = entry
-                running += sizes[key]
+        for key in entries:
+            if running + len(texts[key]) <= budget:
+                kept.append(key)
+                running += len(texts[key])
         log.error(
             "shard %s: %d of %d members left out of the heartbeat (over %d bytes): raise watch.shards",
             self.shard,
@@ -240,8 +240,14 @@ class ShardHub:
         return hub
 
 
-def _pack(entries: dict[str, Any]) -> str:
-    return base64.b64encode(zlib.compress(json.dumps(entries, separators=(",", ":")).encode(), 1)).decode()
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _pack(keys: list[str], texts: dict[str, str]) -> str:
+    """The kept members as one compressed JSON object, joined from their serialised texts."""
+    body = "{" + ",".join(f"{_json(k)}:{texts[k]}" for k in keys) + "}"
+    return base64.b64encode(zlib.compress(body.encode(), 1)).decode()
 
 
 def _member_entry(member: Member) -> dict[str, Any]:
