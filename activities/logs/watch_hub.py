@@ -87,6 +87,8 @@ class ShardHub:
         self._logs = logs
         self._lease = timedelta(seconds=lease_s)
         self._delivered: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self.changed = False
+        """Membership changed since the last ``details``: a new member must reach the heartbeat soon."""
 
     # ----- membership ------------------------------------------------------------------------------------------
     def subscribe(self, sub: WatchSubscription, now: datetime | None = None) -> str:
@@ -104,6 +106,7 @@ class ShardHub:
                 return "stale"
         state = WatchState(offsets=dict(sub.watch.offsets), progress=sub.watch.progress)
         self.members[sub.workflow_id] = Member(sub, JobWatcher(sub.watch, self._logs, state, started=now), now)
+        self.changed = True
         return "added" if current is None else "replaced"
 
     def unsubscribe(self, req: WatchUnsubscribe) -> bool:
@@ -112,6 +115,7 @@ class ShardHub:
         if current is None or current.sub.run_id != req.run_id or current.sub.seq > req.seq:
             return False
         del self.members[req.workflow_id]
+        self.changed = True
         return True
 
     def expire(self, now: datetime) -> list[str]:
@@ -119,12 +123,14 @@ class ShardHub:
         gone = [k for k, m in self.members.items() if now - m.renewed_at > 2 * self._lease and m.pending is None]
         for key in gone:
             del self.members[key]
+        self.changed = self.changed or bool(gone)
         return gone
 
     def delivered(self, key: str) -> None:
         """The member's event reached its workflow: the member leaves."""
         member = self.members.pop(key, None)
         if member is not None:
+            self.changed = True
             self._delivered[key] = (member.sub.run_id, member.sub.seq)
             self._delivered.move_to_end(key)
             while len(self._delivered) > _DELIVERED_MEMORY:
@@ -172,6 +178,7 @@ class ShardHub:
     def details(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """The shard's members as heartbeat details, bounded (module docstring): at most ``MAX_DETAILS_BYTES`` of
         JSON, and at most ``MAX_PACKED_BYTES`` once compressed."""
+        self.changed = False
         entries = {key: _member_entry(m) for key, m in self.members.items()}
         texts = {key: _json(e) for key, e in entries.items()}  # each member serialised once
         kept = self._fit(entries, texts, MAX_DETAILS_BYTES)

@@ -42,6 +42,8 @@ ServeQueue = Callable[[str, Sequence[Callable[..., Any]]], AbstractAsyncContextM
 #: every 0.8 x heartbeat timeout at most, 24 s at 30 s). Building them for ~300 jobs takes ~0.1 s, so not at every
 #: send. Lines read since are re-read after a takeover (at most a minute's): never lost, never counted twice.
 DETAILS_EVERY_S = 60.0
+#: ... and this often while members come and go: a new member is in the next heartbeat the SDK sends.
+CHANGED_DETAILS_EVERY_S = 5.0
 #: One signal's limit: a hung server must not stall the shard's polls.
 DELIVER_TIMEOUT_S = 10.0
 
@@ -96,7 +98,8 @@ class WatchShardActivities:
             poll_s = time.monotonic() - began
             members_gauge.set(len(hub.members), attrs)
             poll_seconds.record(poll_s, attrs)
-            if time.monotonic() - built_at >= DETAILS_EVERY_S:
+            since = time.monotonic() - built_at
+            if since >= DETAILS_EVERY_S or (hub.changed and since >= CHANGED_DETAILS_EVERY_S):
                 details = hub.details({"poll_s": round(poll_s, 4), "at": datetime.now(UTC).isoformat()})
                 built_at = time.monotonic()
             activity.heartbeat(details)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest_asyncio
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from activities.logs.job_logs import LogPolicy
@@ -37,22 +38,30 @@ class HubHarness(Harness):
     """The harness with the hub: WatchShard workflows on the test's queue, their activities on a watch queue,
     resume checks on a resume queue, each with its own slots."""
 
-    def __init__(self, client: Client, task_queue: str, tmp: Path, *, acting_slots: int = 100) -> None:
+    def __init__(
+        self, client: Client, task_queue: str, tmp: Path, *, acting_slots: int = 100, lease_s: float = 10
+    ) -> None:
         super().__init__(client, task_queue, tmp)
         tag = uuid.uuid4().hex[:8]
         self.routing = WatchRouting(
-            shards=SHARDS, shard_queue_prefix=f"hub-{tag}-shard-", lease_s=10, resume_task_queue=f"hub-{tag}-resume"
+            shards=SHARDS,
+            shard_queue_prefix=f"hub-{tag}-shard-",
+            lease_s=lease_s,
+            resume_task_queue=f"hub-{tag}-resume",
         )
         self.watch_queue = f"hub-{tag}-watch"
         self.acting_slots = acting_slots
         self.shards: WatchShardActivities = build_watch_shards(client, self.snapshots, LogPolicy())
+        self.heartbeat_timeout_s = 30.0
+        self.watch_worker: Worker | None = None
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[HubHarness]:
         main = self.worker()
         watch = self.watch_activities()
+        self.watch_worker = Worker(self.client, task_queue=self.watch_queue, activities=[self.shards.watch_shard])
         others = [
-            Worker(self.client, task_queue=self.watch_queue, activities=[self.shards.watch_shard]),
+            self.watch_worker,
             Worker(self.client, task_queue=self.routing.resume_task_queue, activities=[watch.wait_resume]),
         ]
         async with contextlib.AsyncExitStack() as stack:
@@ -69,6 +78,7 @@ class HubHarness(Harness):
                         shard_queue_prefix=self.routing.shard_queue_prefix,
                         poll_interval_s=0.1,
                         lease_s=self.routing.lease_s,
+                        heartbeat_timeout_s=self.heartbeat_timeout_s,
                     ),
                     task_queue=self.task_queue,
                 )
@@ -197,4 +207,40 @@ async def test_recovery_proceeds_while_more_jobs_are_watched_than_the_acting_que
         assert _actions(st, ActionKind.REQUEUE) == [str(victim.job_id)]
         assert all(hh.members(j.job_id) == 1 for j in jobs if j is not victim)
         for handle in handles:
+            await handle.terminate("test over")
+
+
+async def test_a_shard_moves_to_another_worker_with_its_members_and_the_crash_is_seen_once(
+    temporal_client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Two processes' worth of shard workers; the one running the job's shard stops; the other restores the
+    shard's members from the heartbeat and sees the crash that happened meanwhile (the SIGKILL case is the lab's
+    ``tests/e2e/test_watch_takeover.py``)."""
+    hh = HubHarness(temporal_client, task_queue, tmp_path, lease_s=600)  # no renewal within the test: a restore
+    hh.heartbeat_timeout_s = 5.0
+    async with hh.running():
+        job = hh.sched.submit(hh.nodes[:2])
+        handle = await hh.start(job.job_id)
+        await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+        await _eventually(lambda: hh.members(job.job_id) == 1)
+        shard = shard_of(job.job_id, SHARDS)
+        first = hh.shards.hubs[shard]
+        hh.step(job.job_id, 0, 1, hh.nodes[0])
+        await _eventually(lambda: not first.changed)  # the member is in the details; the SDK sends within ~4 s
+        await asyncio.sleep(5)
+        # Another process: its own connection (the SDK allows one worker per queue and connection).
+        second = await Client.connect(
+            temporal_client.service_client.config.target_host, data_converter=pydantic_data_converter
+        )
+        other = build_watch_shards(second, hh.snapshots, LogPolicy())
+        async with Worker(second, task_queue=hh.watch_queue, activities=[other.watch_shard]):
+            assert hh.watch_worker is not None
+            await hh.watch_worker.shutdown()  # its shard activities are cancelled, retried on the other worker
+            await _eventually(lambda: shard in other.hubs, timeout=30)
+            assert other.hubs[shard].members.keys() == first.members.keys()  # restored from the heartbeat
+            hh.log(job.job_id, 1, "RuntimeError: CUDA error: an illegal memory access was encountered")
+            hh.sched.fail_job(job.job_id, exit_code=1)
+            st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING, timeout=30)
+            assert len(st.incidents) == 1
+            assert _actions(st, ActionKind.REQUEUE) == [str(job.job_id)]
             await handle.terminate("test over")

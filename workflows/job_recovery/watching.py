@@ -23,6 +23,9 @@ with workflow.unsafe.imports_passed_through():
 
 #: Patch id (docs/adr/012): the per-job ``job_watch`` activity replaced by a subscription with the watch hub.
 HUB_PATCH = "12-watch-hub"
+#: The first renewal of a subscription comes this soon (then every lease): a shard taken over before its heartbeat
+#: held the new member learns it again within a minute, not a lease (the SDK sends a heartbeat every ~24 s).
+FIRST_RENEWAL_S = 60.0
 
 
 class HubWatch:

@@ -61,8 +61,12 @@ def test_same_seq_renews_and_keeps_the_hubs_offsets_higher_seq_replaces(tmp_path
     hub = ShardHub(0, LogPolicy(), lease_s=3600)
     sub = _sub(5, tmp_path)
     assert hub.subscribe(sub, T0) == "added"
+    assert hub.changed  # the new member must reach the next heartbeat
+    hub.details()
+    assert not hub.changed
     hub.members[sub.workflow_id].watcher.state.offsets = {"/x": 100}
     assert hub.subscribe(sub, T0 + timedelta(hours=1)) == "renewed"
+    assert not hub.changed
     assert hub.members[sub.workflow_id].watcher.state.offsets == {"/x": 100}
     assert hub.members[sub.workflow_id].renewed_at == T0 + timedelta(hours=1)
     assert hub.subscribe(_sub(5, tmp_path, seq=2), T0) == "replaced"
