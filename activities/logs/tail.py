@@ -111,9 +111,8 @@ def positions(offsets: Mapping[str, int]) -> dict[str, int]:
 class LogTail:
     """Reads what was appended to a set of log files since the offsets it is given.
 
-    The object holds no reading state (only the compiled patterns, ``refused``: the report of its last call, and
-    the files its last glob matched, reused by ``read_new(rescan=False)``), so a restarted activity simply builds a
-    new one and passes the offsets it last heartbeated.
+    The object holds no reading state (the compiled patterns, ``refused`` and its last glob's matches only), so a
+    restarted activity simply builds a new one and passes the offsets it last heartbeated.
 
     Args:
         patterns: Glob patterns with srun placeholders (module docstring); ``%j`` already expanded, see
@@ -201,9 +200,8 @@ class LogTail:
                 goes before all others, so none starves. A file is only read while its backlog or a whole
                 ``max_bytes_per_file`` still fits, so this limit never cuts a line short (the line waits).
             max_lines_per_call: At most this many lines are returned; the rest wait, in the same order.
-            rescan: Glob the patterns again (True), or read the files the last glob of this tail matched (a
-                watcher polling many jobs every second globs each only every few seconds: a directory listing
-                costs far more than a stat). Without an earlier glob it globs.
+            rescan: Glob the patterns again, or (False) read the files this tail's last glob matched: a listing
+                costs far more than a stat, so a watcher of many jobs globs each only every few seconds.
 
         Returns:
             The new lines, by path then offset, and the offsets to pass next time (a new dict). What was not
@@ -220,8 +218,7 @@ class LogTail:
         per_file = min(per_file, remaining)
         offsets = self.anchor(offsets)
         since = _since(offsets)
-        if rescan or self._globbed is None:
-            self._globbed = self._matches()
+        self._globbed = self._matches() if rescan or self._globbed is None else self._globbed
         matches, refused = self._globbed[0], dict(self._globbed[1])
         todo: list[tuple[bool, int, str, LogPattern, os.stat_result]] = []
         files: set[tuple[int, int]] = set()
@@ -430,16 +427,11 @@ class _Skip(Exception):
         self.reason = reason
 
 
+_SPECIAL = ((stat.S_ISFIFO, "fifo"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"))
+
+
 def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISFIFO, "fifo"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-        (stat.S_ISSOCK, "socket"),
-    ):
-        if test(mode):
-            return name
-    return "special file"
+    return next((name for test, name in (*_SPECIAL, (stat.S_ISSOCK, "socket")) if test(mode)), "special file")
 
 
 def _limit(name: str, value: object) -> int:
