@@ -29,7 +29,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from activities.slurm.snapshots import SnapshotCache
 from activities.temporal import rebound_workflows
-from activities.temporal.discovery import DiscoveryActivities
+from activities.temporal.discovery import DiscoveryActivities, TemporalJobRecoveryStarter
 from workers.settings import Settings
 from workflows.domain.discovery import ClusterWatchInput
 from workflows.domain.errors import FailureKind, ReboundError
@@ -96,6 +96,14 @@ def build_discovery_activities(
         poll_interval_s=settings.watch.poll_interval_s,
         detection=settings.detection,
         checkpoint_fallback=settings.checkpoints.fallback,
+        start=TemporalJobRecoveryStarter(
+            client,
+            task_queue=settings.temporal.task_queue,
+            poll_interval_s=settings.watch.poll_interval_s,
+            detection=settings.detection,
+            checkpoint_fallback=settings.checkpoints.fallback,
+            watch_hub=settings.watch.routing(),
+        ),
     )
     return [acts.discover_jobs, acts.start_job_recovery]
 

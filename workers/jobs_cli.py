@@ -21,7 +21,11 @@ async def watch(settings: Settings, job_id: int, poll_interval_s: float) -> int:
     client = await connect(settings.temporal)
     # Validate on the client: a payload that fails to decode would wedge the workflow task, not fail it.
     inp = JobRecoveryInput(
-        cluster=settings.cluster_name, job_id=job_id, poll_interval_s=poll_interval_s, detection=settings.detection
+        cluster=settings.cluster_name,
+        job_id=job_id,
+        poll_interval_s=poll_interval_s,
+        detection=settings.detection,
+        watch_hub=settings.watch.routing(),
     )
     handle = await start_job_recovery(client, inp, task_queue=settings.temporal.task_queue)
     print(f"monitoring job {job_id}: workflow {handle.id} (run {handle.result_run_id})")

@@ -21,11 +21,17 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from workflows.constants import DEFAULT_TASK_QUEUE
+from workflows.constants import (
+    DEFAULT_RESUME_TASK_QUEUE,
+    DEFAULT_SHARD_QUEUE_PREFIX,
+    DEFAULT_TASK_QUEUE,
+    DEFAULT_WATCH_TASK_QUEUE,
+)
 from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.fleet import FleetPolicy
 from workflows.domain.notify import DEFAULT_KINDS, NotificationKind
 from workflows.domain.recovery import DetectionPolicy
+from workflows.domain.watch_routing import DEFAULT_SHARDS, MAX_SHARDS, WatchRouting
 
 CONFIG_FILE_ENV = "REBOUND_CONFIG"
 
@@ -50,6 +56,17 @@ class TemporalSettings(_Section):
     api_key: SecretStr | None = Field(None, description="API key (Temporal Cloud and compatible servers).")
     connect_timeout_s: float = Field(10.0, gt=0, description="Give up connecting after this many seconds.")
     query_timeout_s: float = Field(10.0, gt=0, description="Client-side limit on queries (they hang with no worker).")
+    max_concurrent_activities: int = Field(
+        200,
+        ge=1,
+        le=10_000,
+        description="Activity slots of the central worker's task queue: acting activities only (attribute, drain, "
+        "requeue, notify, Fleet, checkpoints, lookups); watching and resume checks have their own queues and slots "
+        "(watch.shard_slots, watch.resume_slots), so an action never waits behind a watch.",
+    )
+    max_concurrent_workflow_tasks: int = Field(
+        100, ge=1, le=10_000, description="Workflow task slots of the central worker (all of Rebound's workflows)."
+    )
 
     @model_validator(mode="after")
     def _client_cert_pair(self) -> TemporalSettings:
@@ -144,12 +161,73 @@ class WatchSettings(_Section):
         "owns them (refused, and reported, otherwise); with no user id known for the job, none are read.",
     )
 
+    hub: bool = Field(
+        True,
+        description="Watch jobs through the shard hubs (ADR 015): S long-lived shard activities each poll many jobs. "
+        "false: one long heartbeating job_watch activity per job, as before (about 100 jobs per worker).",
+    )
+    shards: int = Field(
+        DEFAULT_SHARDS,
+        ge=1,
+        le=MAX_SHARDS,
+        description="Watch shards per cluster (job -> shard = job id % shards). Every worker must use the same "
+        "value; raise it, never lower it, while jobs are monitored (a running job's subscription names its shard).",
+    )
+    watch_task_queue: str = Field(
+        DEFAULT_WATCH_TASK_QUEUE, min_length=1, description="Task queue of the shard activities (watch_shard)."
+    )
+    shard_queue_prefix: str = Field(
+        DEFAULT_SHARD_QUEUE_PREFIX,
+        min_length=1,
+        description="Prefix of each shard's subscription task queue; the worker running shard k polls <prefix>k.",
+    )
+    resume_task_queue: str = Field(
+        DEFAULT_RESUME_TASK_QUEUE, min_length=1, description="Task queue of the resume checks (job_wait_resume)."
+    )
+    shard_slots: int = Field(
+        0,
+        ge=0,
+        le=MAX_SHARDS,
+        description="Shard activities one worker may run at once; 0: all shards (one worker can hold every shard). "
+        "At least 1; with several workers, shards spread as the workers poll.",
+    )
+    resume_slots: int = Field(200, ge=1, le=10_000, description="Resume checks one worker may run at once.")
+    lease_s: float = Field(
+        3600.0,
+        ge=10,
+        le=7 * 24 * 3600,
+        description="A job renews its subscription this often (a safety net should a shard lose it); a hub forgets "
+        "a job not renewed for twice this long.",
+    )
+    shard_heartbeat_timeout_s: float = Field(
+        30.0,
+        ge=5,
+        le=600,
+        description="A shard whose worker has not heartbeated for this long is taken over by another worker: the "
+        "takeover time (plus ~1 s). The SDK heartbeats every 0.8 x this at most: 150 actions per shard-hour at 30.",
+    )
+
     @model_validator(mode="after")
     def _log_roots_absolute(self) -> WatchSettings:
         relative = [str(root) for root in self.log_roots if not root.is_absolute()]
         if relative:
             raise ValueError(f"watch.log_roots must be absolute paths: {', '.join(relative)}")
         return self
+
+    @property
+    def effective_shard_slots(self) -> int:
+        return self.shard_slots or self.shards
+
+    def routing(self) -> WatchRouting | None:
+        """What a JobRecovery's input carries to reach the hub; None when the hub is off (per-job watches)."""
+        if not self.hub:
+            return None
+        return WatchRouting(
+            shards=self.shards,
+            shard_queue_prefix=self.shard_queue_prefix,
+            lease_s=self.lease_s,
+            resume_task_queue=self.resume_task_queue,
+        )
 
 
 class GpuSettings(_Section):

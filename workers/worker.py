@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import timedelta
 
@@ -23,16 +24,25 @@ from workers.fleet import build_fleet_activities, start_fleet
 from workers.lifecycle import stop_on_signals
 from workers.settings import Settings
 from workers.telemetry import Telemetry, install_telemetry
+from workers.watch_hub import build_watch_shards, start_watch_shards, watch_workers
 from workers.wiring import build_gpu_activities, build_scheduler, build_snapshot_cache
 from workflows.audit import AuditWorkflow
 from workflows.cluster_watch import ClusterWatchWorkflow
 from workflows.fleet import FleetWorkflow
 from workflows.job_recovery import JobRecoveryWorkflow
 from workflows.node_gpu_health import NodeGpuHealthWorkflow
+from workflows.watch_shard import WatchShardWorkflow
 
 log = logging.getLogger("rebound.worker")
 
-WORKFLOWS = [JobRecoveryWorkflow, NodeGpuHealthWorkflow, ClusterWatchWorkflow, AuditWorkflow, FleetWorkflow]
+WORKFLOWS = [
+    JobRecoveryWorkflow,
+    NodeGpuHealthWorkflow,
+    ClusterWatchWorkflow,
+    AuditWorkflow,
+    FleetWorkflow,
+    WatchShardWorkflow,
+]
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
@@ -97,11 +107,18 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
             *build_audit_activities(client, settings),
             *build_fleet_activities(client, scheduler, settings),
         ],
+        max_concurrent_activities=settings.temporal.max_concurrent_activities,
+        max_concurrent_workflow_tasks=settings.temporal.max_concurrent_workflow_tasks,
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
+    # Watching and resume checks on their own queues and slots: an action never waits behind a watch (ADR 015).
+    others = watch_workers(client, settings, build_watch_shards(client, snapshots, logs), watch)
     log.info("worker polling %s on %s", settings.temporal.task_queue, settings.temporal.address)
-    async with worker:
+    async with contextlib.AsyncExitStack() as workers:
+        for w in (worker, *others):
+            await workers.enter_async_context(w)
         await start_fleet(client, settings)
+        await start_watch_shards(client, settings)
         if settings.watch.enabled:
             await start_cluster_watch(client, settings)
         await start_audit_schedule(client, settings)

@@ -37,6 +37,12 @@ __all__ = [
     "JOB_ID",
     "JOB_RECOVERY_WORKFLOW",
     "NODE_GPU_HEALTH_WORKFLOW",
+    "WATCH_RETURNED_SIGNAL",
+    "WATCH_SHARD_WORKFLOW",
+    "DEFAULT_WATCH_TASK_QUEUE",
+    "DEFAULT_SHARD_QUEUE_PREFIX",
+    "DEFAULT_RESUME_TASK_QUEUE",
+    "watch_shard_workflow_id",
     "NODE_TASK_QUEUE_PREFIX",
     "PAUSE_UPDATE",
     "PENDING_APPROVAL",
@@ -73,6 +79,8 @@ CLUSTER_WATCH_WORKFLOW = "ClusterWatch"
 AUDIT_WORKFLOW = "Audit"
 #: One node's GPU health check (``workflows.node_gpu_health``).
 NODE_GPU_HEALTH_WORKFLOW = "NodeGpuHealth"
+#: One watch shard: keeps its hub's ``watch_shard`` activity running on some worker (``workflows.watch_shard``).
+WATCH_SHARD_WORKFLOW = "WatchShard"
 
 # ----- messages ------------------------------------------------------------------------------------------------
 #: Query of JobRecovery, Fleet and ClusterWatch: the workflow's status model.
@@ -81,6 +89,8 @@ STATUS_QUERY = "status"
 GPU_FAULT_REPORTED_SIGNAL = "gpu_fault_reported"
 #: A node agent to the Fleet: a node-level GPU fault (``NodeGpuFault``), for nodes that hold a suspicion.
 NODE_GPU_FAULT_SIGNAL = "node_gpu_fault_reported"
+#: JobRecovery signal: the watch hub's answer to a subscription (``WatchEvent``, ADR 015).
+WATCH_RETURNED_SIGNAL = "watch_returned"
 #: JobRecovery signal: the Fleet's answer to an isolation request (``IsolationDecision``).
 ISOLATION_DECIDED_SIGNAL = "isolation_decided"
 #: JobRecovery updates: stop and restart monitoring (``PauseRequest`` -> ``JobRecoveryStatus``).
@@ -98,6 +108,12 @@ RESET_BREAKER_UPDATE = "reset_breaker"
 # ----- task queues and workflow ids ----------------------------------------------------------------------------
 #: The central worker's task queue (workflows and cluster-level activities).
 DEFAULT_TASK_QUEUE = "rebound"
+#: The watch shards' activities (``watch_shard``): their own slots, never the acting queue's (ADR 015).
+DEFAULT_WATCH_TASK_QUEUE = "rebound-watch"
+#: Prefix of each watch shard's subscription queue; the shard number follows (``rebound-watch-shard-7``).
+DEFAULT_SHARD_QUEUE_PREFIX = "rebound-watch-shard-"
+#: The resume checks (``job_wait_resume``, up to 30 min each): their own slots.
+DEFAULT_RESUME_TASK_QUEUE = "rebound-resume"
 #: Prefix of each node agent's task queue; the node's Slurm name follows (``rebound-node-n1``).
 NODE_TASK_QUEUE_PREFIX = "rebound-node-"
 
@@ -120,6 +136,11 @@ def cluster_watch_workflow_id(cluster: str) -> str:
 def fleet_workflow_id(cluster: str) -> str:
     """Business key of the cluster's ``Fleet`` workflow: the single writer of node quarantine."""
     return f"rebound/{cluster}/fleet"
+
+
+def watch_shard_workflow_id(cluster: str, shard: int) -> str:
+    """Business key of watch shard ``shard``'s ``WatchShard`` workflow: every worker starts it, one runs."""
+    return f"rebound/{cluster}/watch-shard/{shard}"
 
 
 def node_gpu_health_workflow_id(cluster: str, node: str, nonce: str) -> str:

@@ -155,3 +155,24 @@ CHECKPOINT_IO: dict[str, Any] = {
         non_retryable_error_types=_PERMANENT,
     ),
 }
+
+#: A JobRecovery subscribes its job with its watch shard's hub (ADR 015): a quick call that waits in the shard's
+#: queue while the shard moves to another worker; retried without end (the workflow also waits for GPU signals).
+WATCH_SUBSCRIBE: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(seconds=10),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=0,
+    ),
+    "cancellation_type": ActivityCancellationType.TRY_CANCEL,
+}
+
+#: Stop a job's subscription (a GPU fault or a pause took over): best effort, bounded; a member left behind
+#: signals an event its workflow ignores (an old seq), and its hub forgets it after two leases.
+WATCH_UNSUBSCRIBE: dict[str, Any] = {
+    "schedule_to_close_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3),
+    "cancellation_type": ActivityCancellationType.ABANDON,
+}

@@ -17,8 +17,8 @@ from temporalio import activity
 from activities.errors import classified_errors
 from activities.logs.crash import LineReader, to_findings
 from activities.logs.job_logs import LogPolicy, log_patterns
+from activities.logs.job_watcher import unresponsive
 from activities.logs.line import LogLine
-from activities.logs.watch import unresponsive
 from activities.slurm.port import SchedulerReads
 from workflows.domain.findings import Cause
 from workflows.domain.incident import Attribution, LogFinding

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from temporalio import activity
 
@@ -18,7 +16,7 @@ from activities.errors import classified_errors
 from activities.logs.crash import scan, to_findings
 from activities.logs.heartbeat import heartbeat_times
 from activities.logs.job_logs import LogPolicy, log_patterns
-from activities.logs.line import LogLine
+from activities.logs.job_watcher import JobWatcher, WatchState
 from activities.logs.progress import find_progress, parse_step
 from activities.slurm.snapshots import SnapshotCache
 from workflows.domain.checkpoints import CheckpointRef, CheckpointReport
@@ -31,55 +29,13 @@ from workflows.domain.loop import (
     WaitResumeInput,
     WaitResumeResult,
 )
-from workflows.domain.progress import ProgressSample, ProgressSignal, ProgressState, note_activity, observe
+from workflows.domain.progress import ProgressSignal
 from workflows.domain.slurm import ClusterSnapshot, SlurmJob
-from workflows.policy.attribution import block_rank_layout
-from workflows.policy.watch import ResumeFacts, StepLine, WatchAction, WatchFacts, decide_poll, decide_resume
+from workflows.policy.watch import ResumeFacts, StepLine, decide_resume
 
 #: Reads a checkpoint directory owned by the given uid under the worker's access policy
 #: (``activities.checkpoints.activities.CheckpointActivities.scan``); never raises for a bad directory.
 CheckpointScanner = Callable[[Path, int | None], CheckpointReport]
-
-_NODE_TOKEN = re.compile(r"(?<![\w.])node=([A-Za-z0-9][\w.-]{0,63})")
-
-
-def progress_samples(lines: Sequence[LogLine], read_at: datetime, layout: dict[int, str]) -> list[ProgressSample]:
-    """The step lines among ``lines``, as progress samples: rank from the file or line, node from the file name's
-    ``%N``, a ``node=`` token, or the job's block layout; lines without their own time are stamped ``read_at``.
-
-    Lines that name no rank count as rank 0's: a job whose only log is rank 0's stdout still shows progress
-    (its hang window is then rank 0's; stragglers need per-rank lines).
-    """
-    samples = []
-    for line in lines:
-        mark = parse_step(line)
-        if mark is None:
-            continue
-        rank = mark.rank if mark.rank is not None else 0
-        token = _NODE_TOKEN.search(line.text)
-        node = line.node or (token.group(1) if token else "") or layout.get(rank, "")
-        samples.append(
-            ProgressSample(
-                rank=rank,
-                node=node,
-                step=mark.step,
-                at=mark.at or read_at,
-                step_time_s=mark.step_time_s,
-                compute_time_s=mark.compute_time_s,
-                epoch=mark.epoch,
-            )
-        )
-    return samples
-
-
-def unresponsive(snapshot: ClusterSnapshot, nodes: Sequence[str]) -> list[str]:
-    """The given nodes the scheduler shows DOWN or NOT_RESPONDING."""
-    bad = []
-    for name in nodes:
-        node = snapshot.node(name)
-        if node is not None and (not node.is_responding or node.state.value == "down"):
-            bad.append(name)
-    return bad
 
 
 class WatchActivities:
@@ -121,88 +77,25 @@ class WatchActivities:
 
     @activity.defn(name="job_watch")
     async def watch(self, inp: JobWatchInput) -> JobWatchResult:
-        """Return at the first sign of trouble, or when the job changes; heartbeat every poll."""
-        state = _resume_details(inp.offsets)
-        offsets: dict[str, int] = state["offsets"]
-        polls: int = state["polls"]
-        nodes_seen: list[str] = state["nodes"]
-        progress: ProgressState = state.get("progress") or inp.progress or ProgressState()
-        started = datetime.now(UTC)
-        while True:
-            snap = await self._fresh_since(started)
-            job = snap.job(inp.job_id)
-            if job is not None and job.nodes:
-                nodes_seen = list(job.nodes)
-            tail = self._logs.tail(log_patterns(inp.log_patterns, job, inp.job_id), job, inp.job_id)
-            lines, offsets = await asyncio.to_thread(tail.read_new, offsets)
-            self._logs.report(inp.job_id, tail)
-            now = datetime.now(UTC)
-            progress = await asyncio.to_thread(self._track, inp, job, nodes_seen, progress, lines, now)
-            polls += 1
-            activity.heartbeat(
-                {"offsets": offsets, "polls": polls, "nodes": nodes_seen, "progress": progress.model_dump(mode="json")}
-            )
-            facts = WatchFacts(
-                now=now,
-                job=job,
-                findings=tuple(to_findings(scan(lines))),
-                unresponsive_nodes=tuple(unresponsive(snap, nodes_seen)),
-                progress=progress,
-                last_state=inp.last_state,
-                last_restart_count=inp.last_restart_count,
-                hang=inp.hang,
-                stragglers=inp.stragglers,
-                straggler_action=inp.straggler_action,
-                reported_straggler_nodes=inp.reported_straggler_nodes,
-                sample_due=inp.sample_after_s is not None and (now - started).total_seconds() >= inp.sample_after_s,
-            )
-            decision = decide_poll(facts)
-            if decision.action is WatchAction.REFRESH_SCHEDULER:
-                # Only victims' lines ("Terminated", lost peers): the shared snapshot may be a second behind the
-                # logs, so ask Slurm now whether someone requeued or cancelled the job.
-                with classified_errors():
-                    snap = await self._snapshots.get(max_age_s=0)
-                job = snap.job(inp.job_id)
-                facts = facts.model_copy(
-                    update={
-                        "job": job,
-                        "scheduler_fresh": True,
-                        "unresponsive_nodes": tuple(unresponsive(snap, nodes_seen)),
-                    }
-                )
-                decision = decide_poll(facts)
-            if decision.action is WatchAction.RETURN and decision.outcome is not None:
-                return JobWatchResult(
-                    outcome=decision.outcome,
-                    observed_at=now,
-                    job=job,
-                    anomaly=decision.anomaly,
-                    findings=decision.findings,
-                    offsets=offsets,
-                    polls=polls,
-                    progress=decision.progress,
-                    hang=decision.hang,
-                    stragglers=decision.stragglers,
-                )
-            progress = decision.progress or progress
-            await asyncio.sleep(inp.poll_interval_s)
+        """Return at the first sign of trouble, or when the job changes; heartbeat every poll.
 
-    def _track(
-        self,
-        inp: JobWatchInput,
-        job: SlurmJob | None,
-        nodes: Sequence[str],
-        progress: ProgressState,
-        lines: Sequence[LogLine],
-        now: datetime,
-    ) -> ProgressState:
-        """Fold this poll's step lines and heartbeat files into the job's progress state."""
-        task_count = job.task_count if job is not None else 0
-        progress = observe(progress, progress_samples(lines, now, block_rank_layout(nodes, task_count)), now)
-        if inp.heartbeat_patterns:
-            for rank, at in heartbeat_times(inp.heartbeat_patterns, inp.job_id, self._logs.access(job), job).items():
-                progress = note_activity(progress, rank, at)
-        return progress
+        The per-job watch of histories recorded before the watch hub (ADR 015); both run ``JobWatcher``.
+        """
+        details = activity.info().heartbeat_details
+        state = WatchState.restore(details[-1] if details else None, inp.offsets)
+        watcher = JobWatcher(inp, self._logs, state, started=datetime.now(UTC))
+
+        async def fresh() -> ClusterSnapshot:
+            with classified_errors():
+                return await self._snapshots.get(max_age_s=0)
+
+        while True:
+            snap = await self._fresh_since(watcher.started)
+            result = await watcher.poll(snap, fresh)
+            activity.heartbeat(state.details())
+            if result is not None:
+                return result
+            await asyncio.sleep(inp.poll_interval_s)
 
     @activity.defn(name="job_wait_resume")
     async def wait_resume(self, inp: WaitResumeInput) -> WaitResumeResult:
@@ -212,8 +105,7 @@ class WatchActivities:
         heartbeat details): a job that fails again is judged on its own lines, and "failed before it trained" is
         said only when it showed no sign of progress at all.
         """
-        state = _resume_details(inp.offsets)
-        offsets: dict[str, int] = state["offsets"]
+        offsets = _resume_offsets(inp.offsets)
         kept = _kept_resume_evidence()
         findings: list[LogFinding] = kept[0]
         signs: list[ProgressSignal] = kept[1]
@@ -335,20 +227,7 @@ def _kept_resume_evidence() -> tuple[list[LogFinding], list[ProgressSignal]]:
     return findings[:MAX_SUCCESSOR_FINDINGS], signs
 
 
-def _resume_details(initial_offsets: dict[str, int]) -> dict[str, Any]:
-    """Where the previous attempt of this activity stopped (its last heartbeat), or the input's offsets."""
+def _resume_offsets(initial_offsets: dict[str, int]) -> dict[str, int]:
+    """Where the previous attempt of this activity stopped reading (its last heartbeat), or the input's offsets."""
     details = activity.info().heartbeat_details
-    if details:
-        last = details[-1]
-        if isinstance(last, dict) and isinstance(last.get("offsets"), dict):
-            progress = None
-            if isinstance(last.get("progress"), dict):
-                with contextlib.suppress(ValueError):  # an older worker's shape: learn the timing afresh
-                    progress = ProgressState.model_validate(last["progress"])
-            return {
-                "offsets": {str(k): int(v) for k, v in last["offsets"].items()},
-                "polls": int(last.get("polls", 0)),
-                "nodes": [str(n) for n in last.get("nodes", [])],
-                "progress": progress,
-            }
-    return {"offsets": dict(initial_offsets), "polls": 0, "nodes": [], "progress": None}
+    return WatchState.restore(details[-1] if details else None, initial_offsets).offsets

@@ -33,6 +33,7 @@ from workflows.domain.discovery import (
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.recovery import DetectionPolicy, JobRecoveryInput
 from workflows.domain.slurm import ClusterSnapshot, JobState
+from workflows.domain.watch_routing import WatchRouting
 from workflows.policy.optin import JobSelector, OptInError, spec_for, with_fallback
 
 __all__ = ["DiscoveryActivities", "StartJobRecovery", "TemporalJobRecoveryStarter"]
@@ -70,6 +71,7 @@ class TemporalJobRecoveryStarter:
         poll_interval_s: float = 1.0,
         detection: DetectionPolicy | None = None,
         checkpoint_fallback: CheckpointFallback = CheckpointFallback.OFF,
+        watch_hub: WatchRouting | None = None,
     ) -> None:
         """Bind the starter.
 
@@ -79,7 +81,9 @@ class TemporalJobRecoveryStarter:
             poll_interval_s: How often each job's watcher looks at the shared snapshot.
             detection: Hang and straggler policies for the started workflows (defaults when None).
             checkpoint_fallback: The operator's ``checkpoints.fallback``, for jobs whose spec does not choose.
+            watch_hub: How the started workflows reach the watch hub (ADR 015); None: per-job watches.
         """
+        self._watch_hub = watch_hub
         self._client = client
         self._task_queue = task_queue
         self._poll_interval_s = poll_interval_s
@@ -104,6 +108,7 @@ class TemporalJobRecoveryStarter:
             poll_interval_s=self._poll_interval_s,
             spec=with_fallback(inp.spec, self._checkpoint_fallback),
             detection=self._detection,
+            watch_hub=self._watch_hub,
         )
         try:
             handle = await start_job_recovery(self._client, args, task_queue=self._task_queue, opted_in=True)

@@ -40,10 +40,13 @@ from workflows.constants import (
     RESUME_UPDATE,
     SET_MODE_UPDATE,
     STATUS_QUERY,
+    WATCH_RETURNED_SIGNAL,
+    WATCH_SHARD_WORKFLOW,
     cluster_watch_workflow_id,
     fleet_workflow_id,
     job_workflow_id,
     node_gpu_health_workflow_id,
+    watch_shard_workflow_id,
 )
 from workflows.domain.audit import AuditInput, AuditResult
 from workflows.domain.discovery import ClusterWatchInput
@@ -59,6 +62,7 @@ from workflows.domain.fleet import (
 )
 from workflows.domain.gpu import GpuEvent, NodeGpuHealthInput, NodeGpuHealthResult
 from workflows.domain.recovery import JobRecoveryInput, JobRecoveryStatus, PauseRequest
+from workflows.domain.watch_hub import WatchEvent, WatchShardInput
 from workflows.policy.restart_strategy import in_lineage
 
 __all__ = [
@@ -74,11 +78,13 @@ __all__ = [
     "reset_breaker",
     "resume_job",
     "set_mode",
+    "signal_watch_event",
     "signal_fleet_request",
     "start_audit",
     "start_cluster_watch",
     "start_fleet",
     "start_job_recovery",
+    "start_watch_shard",
     "terminate_job_recovery",
 ]
 
@@ -123,6 +129,19 @@ async def start_cluster_watch(client: Client, inp: ClusterWatchInput, *, task_qu
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         search_attributes=_cluster_attributes(inp.cluster),
         static_summary=f"Rebound: discover opted-in jobs on {inp.cluster} and start their recovery",
+    )
+
+
+async def start_watch_shard(client: Client, inp: WatchShardInput, *, task_queue: str) -> WorkflowHandle[Any, Any]:
+    """Start watch shard ``inp.shard``'s WatchShard, or attach to the running one (every worker calls this)."""
+    return await client.start_workflow(
+        WATCH_SHARD_WORKFLOW,
+        inp,
+        id=watch_shard_workflow_id(inp.cluster, inp.shard),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=_cluster_attributes(inp.cluster),
+        static_summary=f"Rebound: watch shard {inp.shard}/{inp.shards} of {inp.cluster} (job logs and scheduler)",
     )
 
 
@@ -249,6 +268,11 @@ async def lineage_workflow_id(client: Client, cluster: str, job_id: int, token: 
 async def report_gpu_fault(client: Client, cluster: str, job_id: int, event: GpuEvent) -> None:
     """Tell job ``job_id``'s JobRecovery that a node agent saw ``event`` on one of its nodes."""
     await client.get_workflow_handle(job_workflow_id(cluster, job_id)).signal(GPU_FAULT_REPORTED_SIGNAL, event)
+
+
+async def signal_watch_event(client: Client, workflow_id: str, event: WatchEvent) -> None:
+    """Hand a watch hub's finding to the JobRecovery that subscribed (``workflow_id``: its current run)."""
+    await client.get_workflow_handle(workflow_id).signal(WATCH_RETURNED_SIGNAL, event)
 
 
 async def report_node_gpu_fault(client: Client, cluster: str, fault: NodeGpuFault) -> None:

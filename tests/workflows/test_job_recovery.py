@@ -66,7 +66,8 @@ class Harness:
         """Fakes registered by name beside the real activities (a subclass's)."""
         return []
 
-    def worker(self) -> Worker:
+    def worker(self, **options: Any) -> Worker:
+        """The test's worker; ``options`` go to ``Worker`` (slots, more workflows)."""
         slurm = SlurmActivities(self.sched)
         watch = self.watch_activities()
         attribution = AttributionActivities(self.sched)
@@ -78,7 +79,7 @@ class Harness:
         return Worker(
             self.client,
             task_queue=self.task_queue,
-            workflows=[JobRecoveryWorkflow, FleetWorkflow],
+            workflows=[JobRecoveryWorkflow, FleetWorkflow, *options.pop("workflows", [])],
             activities=[
                 slurm.observe_job,
                 watch.anchor,
@@ -95,6 +96,7 @@ class Harness:
                 NotifyActivities(None).notify_webhook,  # no webhook configured: "disabled" at once
                 *self.extra_activities(),
             ],
+            **options,
         )
 
     def log(self, job_id: int, rank: int, *lines: str) -> None:

@@ -41,10 +41,10 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from activities.logs.attribution import LogEvidence
 from activities.logs.crash import scan, to_findings
+from activities.logs.job_watcher import unresponsive
 from activities.logs.line import LogLine
 from activities.logs.patterns import expand_patterns
 from activities.logs.tail import LogTail
-from activities.logs.watch import unresponsive
 from workflows.domain.base import Frozen
 from workflows.domain.gpu import GpuEvent
 from workflows.domain.incident import ActionRung, FailureClass

@@ -21,6 +21,7 @@ from workflows.domain.ranks import RankMap
 from workflows.domain.slurm import JobState, SlurmJob
 from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
 from workflows.domain.submission import SubmissionFacts
+from workflows.domain.watch_routing import WatchRouting
 
 #: Incidents kept in state across continue-as-new (older ones stay in the previous runs' histories); the Fleet's
 #: answers are kept for as many requests, the newest (a late approval of an older one is in the Fleet's state).
@@ -143,6 +144,8 @@ class JobRecoveryInput(Frozen):
     """How long to wait for the Fleet's answer (it may wait for an operator); then act as in observe mode."""
     carried: JobRecoveryState | None = None
     """The whole state carried across continue-as-new; None for a fresh start."""
+    watch_hub: WatchRouting | None = None
+    """How to reach the watch hub (ADR 015, from the worker's ``watch`` settings); None: the per-job watch."""
 
     @model_validator(mode="before")
     @classmethod

@@ -87,7 +87,7 @@ async def wait_resume_or_stacks(rec: Recorder, wait: WaitResumeInput) -> WaitRes
     """The resume check, while every ``detection.silent_sample_s`` the restarted ranks' stacks are sampled: stacks
     that move between two samples mean the job trains again (``ProgressSignal.STACKS``), for a job that prints no
     step line and saves rarely. A job with step lines answers long before the first sample."""
-    handle = scheduler.start_wait_resume(wait)
+    handle = scheduler.start_wait_resume(wait, task_queue=scheduler.resume_queue(rec.inp))
     state = LivenessState(restart_count=wait.expected_restart_count)
     # Every silent_sample_s, not at the hang sampling's pace: a resume seen by stacks cancels the resume check,
     # whose offsets stay where the wait began, so lines the old attempt's steps wrote late (slurmstepd's "CANCELLED

@@ -42,6 +42,7 @@ __all__ = [
     "observe_job",
     "requeue",
     "resubmit",
+    "resume_queue",
     "start_wait_resume",
     "start_watch",
     "wait_resume",
@@ -171,17 +172,27 @@ def wait_resume_input(
     )
 
 
-async def wait_resume(wait: WaitResumeInput) -> WaitResumeResult:
+async def wait_resume(wait: WaitResumeInput, *, task_queue: str | None = None) -> WaitResumeResult:
     """Wait for the restarted job to train again: a step line, or a complete checkpoint newer than
     ``restart_checkpoint`` (or to fail again, be cancelled, vanish)."""
-    return await start_wait_resume(wait)
+    return await start_wait_resume(wait, task_queue=task_queue)
 
 
-def start_wait_resume(wait: WaitResumeInput) -> workflow.ActivityHandle[WaitResumeResult]:
+def resume_queue(inp: JobRecoveryInput) -> str | None:
+    """The resume checks' own task queue (ADR 015), for a job watched by the hub; None: the workflow's queue
+    (runs started before it, whose recorded histories scheduled the check there)."""
+    routing = inp.watch_hub
+    return routing.resume_task_queue or None if routing is not None else None
+
+
+def start_wait_resume(
+    wait: WaitResumeInput, *, task_queue: str | None = None
+) -> workflow.ActivityHandle[WaitResumeResult]:
     """The resume check as a handle: the workflow may sample the ranks meanwhile, and cancel it."""
     return workflow.start_activity_method(
         WatchActivities.wait_resume,
         wait,
+        task_queue=task_queue,
         summary=f"Wait for job {wait.job_id} to train again",
         **WAIT_RESUME,
     )

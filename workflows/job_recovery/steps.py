@@ -312,7 +312,7 @@ async def verify(
     if rec.inp.detection.silent_sample_s > 0 and workflow.patched(liveness.PATCH_VERIFY_STACKS):
         resumed = await liveness.wait_resume_or_stacks(rec, wait)
     else:
-        resumed = await scheduler.wait_resume(wait)
+        resumed = await scheduler.wait_resume(wait, task_queue=scheduler.resume_queue(rec.inp))
     rec.update_status(log_offsets=resumed.offsets)
     if resumed.job is not None:
         rec.observe(resumed.job)

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.job_recovery.scheduler as scheduler
     import workflows.job_recovery.state as state
     import workflows.job_recovery.steps as steps
+    import workflows.job_recovery.watching as watching
     from workflows.constants import (
         GPU_FAULT_REPORTED_SIGNAL,
         ISOLATION_DECIDED_SIGNAL,
@@ -37,12 +38,13 @@ with workflow.unsafe.imports_passed_through():
         PAUSE_UPDATE,
         RESUME_UPDATE,
         STATUS_QUERY,
+        WATCH_RETURNED_SIGNAL,
     )
     from workflows.domain.anomaly import build_anomaly
     from workflows.domain.fleet import IsolationDecision
     from workflows.domain.gpu import GpuEvent
     from workflows.domain.incident import Anomaly, AnomalyKind, Attribution, LogFinding
-    from workflows.domain.loop import WatchOutcome
+    from workflows.domain.loop import JobWatchInput, JobWatchResult, WatchOutcome
     from workflows.domain.recovery import (
         JobRecoveryInput,
         JobRecoveryResult,
@@ -51,6 +53,8 @@ with workflow.unsafe.imports_passed_through():
         RecoveryState,
     )
     from workflows.domain.slurm import JobState, SlurmJob
+    from workflows.domain.watch_hub import WatchEvent
+    from workflows.domain.watch_routing import WatchRouting, shard_of
     from workflows.job_recovery.recorder import Recorder
     from workflows.notify import notify
     from workflows.policy.recovery import (
@@ -79,6 +83,7 @@ class JobRecoveryWorkflow:
         self._inp = inp
         self._rec = Recorder(inp)
         self._rank_look: asyncio.Task[None] | None = None
+        self._hub = watching.HubWatch()
 
     # ----- messages --------------------------------------------------------------------------------------------
     @workflow.signal(
@@ -100,6 +105,13 @@ class JobRecoveryWorkflow:
             if number is not None:
                 self._rec.record_decision(number, decision)
         self._rec.state = state.take_decision(self._rec.state, decision)
+
+    @workflow.signal(
+        name=WATCH_RETURNED_SIGNAL,
+        description="The watch hub's finding for this job's subscription (ADR 015); duplicates are ignored.",
+    )
+    def watch_returned(self, event: WatchEvent) -> None:
+        self._hub.take(event)
 
     @workflow.update(
         name=PAUSE_UPDATE, description="Pause monitoring: no watch, no action until resumed (rebound pause JOB)."
@@ -189,6 +201,12 @@ class JobRecoveryWorkflow:
         if rec.inp.detection.silent_sample_s > 0 and workflow.patched(liveness.PATCH_LIVENESS):
             every, _ = liveness.interval(rec, rec.state.liveness)
             watch = watch.model_copy(update={"sample_after_s": every})
+        routing = rec.inp.watch_hub
+        if routing is not None and workflow.patched(watching.HUB_PATCH):
+            result = await self._watch_in_hub(job, watch, routing)
+            if result is None:
+                return (job, None, ()) if rec.status.paused_by else (job, self._gpu_anomaly(), ())
+            return await self._watched(job, result)
         handle = scheduler.start_watch(watch, job)
         self._look_at_ranks(job)
         await workflow.wait_condition(lambda: handle.done() or bool(rec.state.gpu_events) or bool(rec.status.paused_by))
@@ -198,7 +216,20 @@ class JobRecoveryWorkflow:
             with contextlib.suppress(ActivityError):  # TRY_CANCEL: resolves at once as cancelled
                 await handle
             return (job, None, ()) if paused else (job, self._gpu_anomaly(), ())
-        result = await handle
+        return await self._watched(job, await handle)
+
+    async def _watch_in_hub(self, job: SlurmJob, watch: JobWatchInput, routing: WatchRouting) -> JobWatchResult | None:
+        """The watch through the job's shard hub: its result, or None when a GPU fault or a pause came first."""
+        rec = self._rec
+        shard = shard_of(watch.job_id, routing.shards)
+        if shard != self._hub.shard:
+            rec.record("WATCHED", f"watched by shard {shard} of {routing.shards}")
+        self._look_at_ranks(job)
+        return await self._hub.watch(watch, routing, lambda: bool(rec.state.gpu_events) or bool(rec.status.paused_by))
+
+    async def _watched(self, job: SlurmJob, result: JobWatchResult) -> Watched | None:
+        """What a watch found (the per-job activity's result or the hub's event), recorded."""
+        rec = self._rec
         rec.update_status(log_offsets=result.offsets)
         progress = result.progress if result.progress is not None else rec.state.progress
         rec.update(progress=progress, hang=result.hang, stragglers=result.stragglers)

@@ -1,0 +1,245 @@
+"""One job's watch between polls: the body of the per-job ``job_watch`` activity and of the shard hub's members.
+
+A ``JobWatcher`` holds what one watch learns (log offsets, polls, the nodes seen, the ranks' progress) and, given a
+scheduler snapshot, polls the job once: read the rank logs' new lines, fold the step lines into the progress
+state, and ask ``workflows.policy.watch.decide_poll`` whether to return. Both the long per-job activity
+(``activities.logs.watch``, kept for recorded histories) and the watch hub (``activities.logs.watch_hub``) drive
+this one class, so the two paths cannot drift apart.
+
+The state it heartbeats (``details``) is taken at one instant: the offsets and the progress agree, so a watcher
+restored from it re-reads exactly the lines the progress has not folded yet; a line is never counted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from activities.logs.crash import scan, to_findings
+from activities.logs.heartbeat import heartbeat_times
+from activities.logs.job_logs import LogPolicy, log_patterns
+from activities.logs.line import LogLine
+from activities.logs.progress import parse_step
+from activities.logs.tail import LogTail
+from workflows.domain.loop import JobWatchInput, JobWatchResult
+from workflows.domain.progress import ProgressSample, ProgressState, note_activity, observe
+from workflows.domain.slurm import ClusterSnapshot, SlurmJob
+from workflows.policy.attribution import block_rank_layout
+from workflows.policy.watch import WatchAction, WatchDecision, WatchFacts, decide_poll
+
+__all__ = ["JobWatcher", "PollStep", "WatchState", "progress_samples", "unresponsive"]
+
+#: A job's log patterns are globbed again at most this often (and whenever its attempt, nodes or state change):
+#: a file that appears meanwhile is read from its start a poll or two later, no line lost.
+GLOB_EVERY_S = 2.0
+
+_NODE_TOKEN = re.compile(r"(?<![\w.])node=([A-Za-z0-9][\w.-]{0,63})")
+
+#: A fresh scheduler snapshot, taken now (the shared cache's ``get(max_age_s=0)``).
+FreshSnapshot = Callable[[], Awaitable[ClusterSnapshot]]
+
+
+def progress_samples(lines: Sequence[LogLine], read_at: datetime, layout: dict[int, str]) -> list[ProgressSample]:
+    """The step lines among ``lines``, as progress samples: rank from the file or line, node from the file name's
+    ``%N``, a ``node=`` token, or the job's block layout; lines without their own time are stamped ``read_at``.
+
+    Lines that name no rank count as rank 0's: a job whose only log is rank 0's stdout still shows progress
+    (its hang window is then rank 0's; stragglers need per-rank lines).
+    """
+    samples = []
+    for line in lines:
+        mark = parse_step(line)
+        if mark is None:
+            continue
+        rank = mark.rank if mark.rank is not None else 0
+        token = _NODE_TOKEN.search(line.text)
+        node = line.node or (token.group(1) if token else "") or layout.get(rank, "")
+        samples.append(
+            ProgressSample(
+                rank=rank,
+                node=node,
+                step=mark.step,
+                at=mark.at or read_at,
+                step_time_s=mark.step_time_s,
+                compute_time_s=mark.compute_time_s,
+                epoch=mark.epoch,
+            )
+        )
+    return samples
+
+
+def unresponsive(snapshot: ClusterSnapshot, nodes: Sequence[str]) -> list[str]:
+    """The given nodes the scheduler shows DOWN or NOT_RESPONDING."""
+    bad = []
+    for name in nodes:
+        node = snapshot.node(name)
+        if node is not None and (not node.is_responding or node.state.value == "down"):
+            bad.append(name)
+    return bad
+
+
+@dataclass
+class WatchState:
+    """What a watch learned so far: where each file was read to, how many polls, the nodes, the progress."""
+
+    offsets: dict[str, int]
+    polls: int = 0
+    nodes: list[str] = field(default_factory=list)
+    progress: ProgressState | None = None
+
+    def details(self) -> dict[str, Any]:
+        """The heartbeat shape (``restore`` reads it back; the old activity's recorded details have it too)."""
+        out: dict[str, Any] = {"offsets": self.offsets, "polls": self.polls, "nodes": self.nodes}
+        if self.progress is not None:
+            out["progress"] = self.progress.model_dump(mode="json")
+        return out
+
+    @classmethod
+    def restore(cls, last: object, initial_offsets: dict[str, int]) -> WatchState:
+        """The state a previous attempt heartbeated (``details``), or a fresh one at ``initial_offsets``."""
+        if isinstance(last, dict) and isinstance(last.get("offsets"), dict):
+            progress = None
+            if isinstance(last.get("progress"), dict):
+                with contextlib.suppress(ValueError):  # an older worker's shape: learn the timing afresh
+                    progress = ProgressState.model_validate(last["progress"])
+            return cls(
+                offsets={str(k): int(v) for k, v in last["offsets"].items()},
+                polls=int(last.get("polls", 0)),
+                nodes=[str(n) for n in last.get("nodes", [])],
+                progress=progress,
+            )
+        return cls(offsets=dict(initial_offsets))
+
+
+@dataclass(frozen=True)
+class PollStep:
+    """One poll's reading before any further scheduler call: the facts and the policy's decision on them."""
+
+    facts: WatchFacts
+    decision: WatchDecision
+
+
+class JobWatcher:
+    """Polls one job: its scheduler entry, its rank logs, its progress (see the module docstring)."""
+
+    def __init__(
+        self,
+        inp: JobWatchInput,
+        logs: LogPolicy,
+        state: WatchState,
+        started: datetime,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.inp = inp
+        self.state = state
+        self.started = started
+        """When this watch began: ``sample_after_s`` counts from here."""
+        self._logs = logs
+        if state.progress is None:
+            state.progress = inp.progress or ProgressState()
+        # The tail kept across polls while the job's files stay the same set (its attempt, nodes, owner): its
+        # patterns are globbed only every ``GLOB_EVERY_S``; the known files are looked at every poll.
+        self._tail: LogTail | None = None
+        self._tail_key: tuple[object, ...] = ()
+        self._globbed_at = 0.0
+        self._clock = clock
+
+    def read(self, snap: ClusterSnapshot, now: datetime | None = None) -> PollStep:
+        """Read the job's new log lines against ``snap`` and decide (blocking file I/O: run it off the loop)."""
+        inp, st = self.inp, self.state
+        job = snap.job(inp.job_id)
+        if job is not None and job.nodes:
+            st.nodes = list(job.nodes)
+        tail, rescan = self._tail_for(job)
+        lines, st.offsets = tail.read_new(st.offsets, rescan=rescan)
+        self._logs.report(inp.job_id, tail)
+        now = now or datetime.now(UTC)
+        progress = self._track(job, st.progress or ProgressState(), lines, now)
+        st.polls += 1
+        st.progress = progress
+        facts = WatchFacts(
+            now=now,
+            job=job,
+            findings=tuple(to_findings(scan(lines))),
+            unresponsive_nodes=tuple(unresponsive(snap, st.nodes)),
+            progress=progress,
+            last_state=inp.last_state,
+            last_restart_count=inp.last_restart_count,
+            hang=inp.hang,
+            stragglers=inp.stragglers,
+            straggler_action=inp.straggler_action,
+            reported_straggler_nodes=inp.reported_straggler_nodes,
+            sample_due=inp.sample_after_s is not None and (now - self.started).total_seconds() >= inp.sample_after_s,
+        )
+        return PollStep(facts=facts, decision=decide_poll(facts))
+
+    def _tail_for(self, job: SlurmJob | None) -> tuple[LogTail, bool]:
+        """The job's tail, and whether to glob its patterns again: a new attempt, node set, state or owner makes a
+        new tail (new files appear then), else every ``GLOB_EVERY_S``."""
+        key = (
+            (job.state, job.restart_count, job.start_time, job.nodes, job.user_id, job.standard_output)
+            if job is not None
+            else None,
+        )
+        clock = self._clock()
+        if self._tail is None or key != self._tail_key:
+            patterns = log_patterns(self.inp.log_patterns, job, self.inp.job_id)
+            self._tail, self._tail_key, self._globbed_at = self._logs.tail(patterns, job, self.inp.job_id), key, clock
+            return self._tail, True
+        if clock - self._globbed_at >= GLOB_EVERY_S:
+            self._globbed_at = clock
+            return self._tail, True
+        return self._tail, False
+
+    def settle(self, step: PollStep, fresh: ClusterSnapshot | None = None) -> JobWatchResult | None:
+        """The poll's answer: a result to hand back, or None to poll again. ``fresh`` is the snapshot asked for
+        when the decision was ``REFRESH_SCHEDULER`` (only victims' lines: did someone requeue or cancel it?)."""
+        facts, decision = step.facts, step.decision
+        if decision.action is WatchAction.REFRESH_SCHEDULER and fresh is not None:
+            facts = facts.model_copy(
+                update={
+                    "job": fresh.job(self.inp.job_id),
+                    "scheduler_fresh": True,
+                    "unresponsive_nodes": tuple(unresponsive(fresh, self.state.nodes)),
+                }
+            )
+            decision = decide_poll(facts)
+        if decision.action is WatchAction.RETURN and decision.outcome is not None:
+            return JobWatchResult(
+                outcome=decision.outcome,
+                observed_at=facts.now,
+                job=facts.job,
+                anomaly=decision.anomaly,
+                findings=decision.findings,
+                offsets=self.state.offsets,
+                polls=self.state.polls,
+                progress=decision.progress,
+                hang=decision.hang,
+                stragglers=decision.stragglers,
+            )
+        self.state.progress = decision.progress or self.state.progress
+        return None
+
+    async def poll(self, snap: ClusterSnapshot, fresh: FreshSnapshot) -> JobWatchResult | None:
+        """One whole poll: ``read`` off the event loop, a fresh snapshot when the policy asks for one, ``settle``."""
+        step = await asyncio.to_thread(self.read, snap)
+        again = await fresh() if step.decision.action is WatchAction.REFRESH_SCHEDULER else None
+        return self.settle(step, again)
+
+    def _track(
+        self, job: SlurmJob | None, progress: ProgressState, lines: Sequence[LogLine], now: datetime
+    ) -> ProgressState:
+        """Fold this poll's step lines and heartbeat files into the job's progress state."""
+        inp = self.inp
+        task_count = job.task_count if job is not None else 0
+        progress = observe(progress, progress_samples(lines, now, block_rank_layout(self.state.nodes, task_count)), now)
+        if inp.heartbeat_patterns:
+            for rank, at in heartbeat_times(inp.heartbeat_patterns, inp.job_id, self._logs.access(job), job).items():
+                progress = note_activity(progress, rank, at)
+        return progress

@@ -1,0 +1,146 @@
+"""The ``watch_shard`` activity (ADR 015): one shard's hub, run by whichever worker holds the shard now.
+
+It restores the shard's members from its last heartbeat, serves the shard's own task queue (subscriptions and
+unsubscriptions reach this process there), and every ``poll_interval_s`` polls every member once against the
+worker's one shared scheduler snapshot. A member's result is signalled to its JobRecovery (``WatchEvent``); a
+signal that fails is tried again next poll. It never returns: when this worker dies the heartbeat stops, and
+Temporal retries the activity on another worker polling the watch queue, which restores the members.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio import activity
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.logs.job_logs import LogPolicy
+from activities.logs.watch_hub import ShardHub
+from activities.slurm.snapshots import SnapshotCache
+from workflows.domain.errors import ReboundError
+from workflows.domain.slurm import ClusterSnapshot
+from workflows.domain.watch_hub import WatchEvent, WatchShardInput
+from workflows.domain.watch_routing import shard_task_queue
+from workflows.policy.watch import WatchAction
+
+__all__ = ["DeliverEvent", "ServeQueue", "WatchShardActivities"]
+
+log = logging.getLogger("rebound.watch_shard")
+
+#: Signal ``WatchEvent`` to the JobRecovery of this workflow id (``rebound_workflows.signal_watch_event``).
+DeliverEvent = Callable[[str, WatchEvent], Awaitable[None]]
+#: Poll this task queue for these activities while the context is open (an in-process ``Worker``, one poller).
+ServeQueue = Callable[[str, Sequence[Callable[..., Any]]], AbstractAsyncContextManager[None]]
+
+#: Heartbeat details are rebuilt at most this often: every poll's heartbeat reuses the last ones (the SDK sends one
+#: every 0.8 x heartbeat timeout at most, 24 s at 30 s). Building them for ~300 jobs takes ~0.1 s, so not at every
+#: send. Lines read since are re-read after a takeover (at most a minute's): never lost, never counted twice.
+DETAILS_EVERY_S = 60.0
+#: ... and this often while members come and go: a new member is in the next heartbeat the SDK sends.
+CHANGED_DETAILS_EVERY_S = 5.0
+#: One signal's limit: a hung server must not stall the shard's polls.
+DELIVER_TIMEOUT_S = 10.0
+
+MEMBERS_GAUGE = "rebound_watch_shard_members"
+POLL_HISTOGRAM = "rebound_watch_shard_poll_seconds"
+
+
+class WatchShardActivities:
+    """The shard activity, sharing the worker's snapshot cache and log policy."""
+
+    def __init__(self, snapshots: SnapshotCache, logs: LogPolicy, deliver: DeliverEvent, serve: ServeQueue) -> None:
+        self._snapshots = snapshots
+        self._logs = logs
+        self._deliver = deliver
+        self._serve = serve
+        self.hubs: dict[int, ShardHub] = {}
+        """The shards this process runs now (what ``rebound`` tests and the bench look at)."""
+
+    @activity.defn(name="watch_shard")
+    async def watch_shard(self, inp: WatchShardInput) -> None:
+        """Run the shard's hub until cancelled (worker shutdown) or this worker dies (see the module docstring)."""
+        details = activity.info().heartbeat_details
+        now = datetime.now(UTC)
+        hub = ShardHub.restore(details[-1] if details else None, inp.shard, self._logs, inp.lease_s, now)
+        attempt = activity.info().attempt
+        log.info("shard %s: running (attempt %s, %d members restored)", inp.shard, attempt, len(hub.members))
+        self.hubs[inp.shard] = hub
+        queue = shard_task_queue(inp.shard_queue_prefix, inp.shard)
+        try:
+            async with self._serve(queue, [hub.subscribe_activity, hub.unsubscribe_activity]):
+                await self._run(hub, inp)
+        finally:
+            if self.hubs.get(inp.shard) is hub:
+                del self.hubs[inp.shard]
+
+    async def _run(self, hub: ShardHub, inp: WatchShardInput) -> None:
+        meter = activity.metric_meter()
+        members_gauge = meter.create_gauge(MEMBERS_GAUGE, "Jobs a watch shard's hub polls.")
+        poll_seconds = meter.create_histogram_float(POLL_HISTOGRAM, "One poll of all a shard's jobs.", "s")
+        attrs = {"shard": str(inp.shard)}
+        details: dict[str, Any] = hub.details()
+        built_at = time.monotonic()
+        poll_s = 0.0
+        while True:
+            began = time.monotonic()
+            try:
+                await self.poll_once(hub)
+            except ReboundError as e:
+                # A scheduler outage: the members wait (their offsets hold); the heartbeat goes on, the shard stays.
+                log.warning("shard %s: no scheduler snapshot this poll: %s", hub.shard, e.message)
+            await self.deliver_pending(hub)
+            poll_s = time.monotonic() - began
+            members_gauge.set(len(hub.members), attrs)
+            poll_seconds.record(poll_s, attrs)
+            since = time.monotonic() - built_at
+            if since >= DETAILS_EVERY_S or (hub.changed and since >= CHANGED_DETAILS_EVERY_S):
+                details = hub.details({"poll_s": round(poll_s, 4), "at": datetime.now(UTC).isoformat()})
+                built_at = time.monotonic()
+            activity.heartbeat(details)
+            await asyncio.sleep(max(0.0, inp.poll_interval_s - poll_s))
+
+    async def poll_once(self, hub: ShardHub) -> None:
+        """Poll every member once against the shared snapshot (a fresh one only when a member's policy asks)."""
+        now = datetime.now(UTC)
+        for key in hub.expire(now):
+            log.info("shard %s: %s not renewed for two leases, dropped", hub.shard, key)
+        if not hub.members:
+            return
+        snap = await self._snapshots.get()
+        steps = await asyncio.to_thread(hub.read_all, snap, now)
+        fresh: ClusterSnapshot | None = None
+        for key, step in steps:
+            if step.decision.action is WatchAction.REFRESH_SCHEDULER and fresh is None:
+                fresh = await self._snapshots.get(max_age_s=0)
+            hub.settle(key, step, fresh)
+
+    async def deliver_pending(self, hub: ShardHub) -> None:
+        """Signal every pending event; a delivered one (or one whose workflow is gone) drops its member."""
+        pending = hub.pending()
+        if not pending:
+            return
+        outcomes = await asyncio.gather(
+            *(self._deliver_one(key, m.pending) for key, m in pending if m.pending is not None),
+            return_exceptions=True,
+        )
+        for (key, _), outcome in zip(pending, outcomes, strict=True):
+            if outcome is True:
+                hub.delivered(key)
+            elif isinstance(outcome, BaseException):
+                log.warning("shard %s: signalling %s failed, tried again next poll: %s", hub.shard, key, outcome)
+
+    async def _deliver_one(self, workflow_id: str, event: WatchEvent) -> bool:
+        try:
+            await asyncio.wait_for(self._deliver(workflow_id, event), timeout=DELIVER_TIMEOUT_S)
+        except RPCError as e:
+            if e.status is RPCStatusCode.NOT_FOUND:
+                log.info("%s is gone: its watch event is dropped", workflow_id)
+                return True
+            raise
+        return True
