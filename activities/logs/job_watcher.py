@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ from activities.logs.heartbeat import heartbeat_times
 from activities.logs.job_logs import LogPolicy, log_patterns
 from activities.logs.line import LogLine
 from activities.logs.progress import parse_step
+from activities.logs.tail import LogTail
 from workflows.domain.loop import JobWatchInput, JobWatchResult
 from workflows.domain.progress import ProgressSample, ProgressState, note_activity, observe
 from workflows.domain.slurm import ClusterSnapshot, SlurmJob
@@ -32,6 +34,10 @@ from workflows.policy.attribution import block_rank_layout
 from workflows.policy.watch import WatchAction, WatchDecision, WatchFacts, decide_poll
 
 __all__ = ["JobWatcher", "PollStep", "WatchState", "progress_samples", "unresponsive"]
+
+#: A job's log patterns are globbed again at most this often (and whenever its attempt, nodes or state change):
+#: a file that appears meanwhile is read from its start a poll or two later, no line lost.
+GLOB_EVERY_S = 2.0
 
 _NODE_TOKEN = re.compile(r"(?<![\w.])node=([A-Za-z0-9][\w.-]{0,63})")
 
@@ -122,7 +128,14 @@ class PollStep:
 class JobWatcher:
     """Polls one job: its scheduler entry, its rank logs, its progress (see the module docstring)."""
 
-    def __init__(self, inp: JobWatchInput, logs: LogPolicy, state: WatchState, started: datetime) -> None:
+    def __init__(
+        self,
+        inp: JobWatchInput,
+        logs: LogPolicy,
+        state: WatchState,
+        started: datetime,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.inp = inp
         self.state = state
         self.started = started
@@ -130,6 +143,12 @@ class JobWatcher:
         self._logs = logs
         if state.progress is None:
             state.progress = inp.progress or ProgressState()
+        # The tail kept across polls while the job's files stay the same set (its attempt, nodes, owner): its
+        # patterns are globbed only every ``GLOB_EVERY_S``; the known files are looked at every poll.
+        self._tail: LogTail | None = None
+        self._tail_key: tuple[object, ...] = ()
+        self._globbed_at = 0.0
+        self._clock = clock
 
     def read(self, snap: ClusterSnapshot, now: datetime | None = None) -> PollStep:
         """Read the job's new log lines against ``snap`` and decide (blocking file I/O: run it off the loop)."""
@@ -137,8 +156,8 @@ class JobWatcher:
         job = snap.job(inp.job_id)
         if job is not None and job.nodes:
             st.nodes = list(job.nodes)
-        tail = self._logs.tail(log_patterns(inp.log_patterns, job, inp.job_id), job, inp.job_id)
-        lines, st.offsets = tail.read_new(st.offsets)
+        tail, rescan = self._tail_for(job)
+        lines, st.offsets = tail.read_new(st.offsets, rescan=rescan)
         self._logs.report(inp.job_id, tail)
         now = now or datetime.now(UTC)
         progress = self._track(job, st.progress or ProgressState(), lines, now)
@@ -159,6 +178,24 @@ class JobWatcher:
             sample_due=inp.sample_after_s is not None and (now - self.started).total_seconds() >= inp.sample_after_s,
         )
         return PollStep(facts=facts, decision=decide_poll(facts))
+
+    def _tail_for(self, job: SlurmJob | None) -> tuple[LogTail, bool]:
+        """The job's tail, and whether to glob its patterns again: a new attempt, node set, state or owner makes a
+        new tail (new files appear then), else every ``GLOB_EVERY_S``."""
+        key = (
+            (job.state, job.restart_count, job.start_time, job.nodes, job.user_id, job.standard_output)
+            if job is not None
+            else None,
+        )
+        clock = self._clock()
+        if self._tail is None or key != self._tail_key:
+            patterns = log_patterns(self.inp.log_patterns, job, self.inp.job_id)
+            self._tail, self._tail_key, self._globbed_at = self._logs.tail(patterns, job, self.inp.job_id), key, clock
+            return self._tail, True
+        if clock - self._globbed_at >= GLOB_EVERY_S:
+            self._globbed_at = clock
+            return self._tail, True
+        return self._tail, False
 
     def settle(self, step: PollStep, fresh: ClusterSnapshot | None = None) -> JobWatchResult | None:
         """The poll's answer: a result to hand back, or None to poll again. ``fresh`` is the snapshot asked for

@@ -111,8 +111,8 @@ def positions(offsets: Mapping[str, int]) -> dict[str, int]:
 class LogTail:
     """Reads what was appended to a set of log files since the offsets it is given.
 
-    The object holds no reading state (only the compiled patterns, and ``refused``: the report of its last
-    call), so a restarted activity simply builds a new one and passes the offsets it last heartbeated.
+    The object holds no reading state (the compiled patterns, ``refused`` and its last glob's matches only), so a
+    restarted activity simply builds a new one and passes the offsets it last heartbeated.
 
     Args:
         patterns: Glob patterns with srun placeholders (module docstring); ``%j`` already expanded, see
@@ -143,6 +143,7 @@ class LogTail:
         self._attempt_start = attempt_start
         self._hosts = frozenset(hosts)
         self._refused: dict[str, str] = {}
+        self._globbed: tuple[dict[str, LogPattern], dict[str, str]] | None = None
 
     @property
     def patterns(self) -> tuple[str, ...]:
@@ -184,6 +185,7 @@ class LogTail:
         max_bytes_per_file: int = DEFAULT_MAX_BYTES_PER_FILE,
         max_bytes_per_call: int = DEFAULT_MAX_BYTES_PER_CALL,
         max_lines_per_call: int = DEFAULT_MAX_LINES_PER_CALL,
+        rescan: bool = True,
     ) -> tuple[list[LogLine], Offsets]:
         """Read the complete lines appended since ``offsets``; never raises for missing or odd files.
 
@@ -198,6 +200,8 @@ class LogTail:
                 goes before all others, so none starves. A file is only read while its backlog or a whole
                 ``max_bytes_per_file`` still fits, so this limit never cuts a line short (the line waits).
             max_lines_per_call: At most this many lines are returned; the rest wait, in the same order.
+            rescan: Glob the patterns again, or (False) read the files this tail's last glob matched: a listing
+                costs far more than a stat, so a watcher of many jobs globs each only every few seconds.
 
         Returns:
             The new lines, by path then offset, and the offsets to pass next time (a new dict). What was not
@@ -214,7 +218,8 @@ class LogTail:
         per_file = min(per_file, remaining)
         offsets = self.anchor(offsets)
         since = _since(offsets)
-        matches, refused = self._matches()
+        self._globbed = self._matches() if rescan or self._globbed is None else self._globbed
+        matches, refused = self._globbed[0], dict(self._globbed[1])
         todo: list[tuple[bool, int, str, LogPattern, os.stat_result]] = []
         files: set[tuple[int, int]] = set()
         for path, pattern in sorted(matches.items()):
@@ -422,16 +427,11 @@ class _Skip(Exception):
         self.reason = reason
 
 
+_SPECIAL = ((stat.S_ISFIFO, "fifo"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"))
+
+
 def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISFIFO, "fifo"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-        (stat.S_ISSOCK, "socket"),
-    ):
-        if test(mode):
-            return name
-    return "special file"
+    return next((name for test, name in (*_SPECIAL, (stat.S_ISSOCK, "socket")) if test(mode)), "special file")
 
 
 def _limit(name: str, value: object) -> int:

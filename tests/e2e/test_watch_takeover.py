@@ -5,15 +5,18 @@ after the kill, is detected once and recovered once (ADR 015). Prints the measur
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
 from deploy.demo.inject import inject
-from deploy.local.processes import kill_and_wait, spawn
+from deploy.local.processes import is_alive, kill_and_wait, spawn
 from tests.e2e.recovery_support import (
     assert_recovered_once,
     baseline,
@@ -41,55 +44,83 @@ def _log_since(lab: LabHandle, name: str, offset: int) -> str:
         return f.read().decode(errors="replace")
 
 
+@dataclass
+class Workers:
+    """The lab's worker and a second one, each with where its log stood when the test began."""
+
+    second_pid: int
+    marks: dict[str, int]
+
+
 @pytest.fixture
-def second_worker(lab: LabHandle) -> Iterator[int]:
+def workers(lab: LabHandle) -> Iterator[Workers]:
     """A second worker process against the same lab (same settings), stopped after the test; the lab's own
     worker is running again after it."""
+    marks = {name: _size(lab, name) for name in ("worker", SECOND)}
     pid = spawn(
         [sys.executable, "-m", "workers.cli", "worker"],
         log_file=lab.layout.log_file(SECOND),
         pid_file=lab.layout.pid_file(SECOND),
         env=lab.lab.rebound.common_env(),
     )
-    lab.wait_for(lambda: "watch shards running" in _log_since(lab, SECOND, 0), 60)
+    lab.wait_for(lambda: "watch shards running" in _log_since(lab, SECOND, marks[SECOND]), 60)
     try:
-        yield pid
+        yield Workers(second_pid=pid, marks=marks)
     finally:
-        kill_and_wait([pid], term_timeout_s=15)
+        if is_alive(pid):
+            kill_and_wait([pid], term_timeout_s=15)
         lab.layout.pid_file(SECOND).unlink(missing_ok=True)
         if lab.lab.rebound.pid("worker") is None:
             stop_worker(lab)
         lab.lab.rebound.start()
 
 
+def _size(lab: LabHandle, name: str) -> int:
+    path = lab.layout.log_file(name)
+    return path.stat().st_size if path.exists() else 0
+
+
+def _last_start(lab: LabHandle, name: str, since: int, shard: int) -> int:
+    """Where in ``name``'s log (from ``since``) the shard's activity last started; -1: not there."""
+    text = _log_since(lab, name, since)
+    return text.rfind(f"shard {shard}: running (attempt")
+
+
 async def test_a_killed_workers_shard_is_taken_over_and_its_jobs_crash_recovered_once(
-    lab: LabHandle, second_worker: int
+    lab: LabHandle, workers: Workers
 ) -> None:
     shards = lab_rebound_settings(lab).watch.shards
     async with monitored_demo(lab, "takeover") as (job, rec):
         shard = shard_of(job.job_id, shards)
-        running = re.compile(rf"shard {shard}: running \(attempt (\d+)")
-        # The lab's worker started the shards before the second worker existed: it runs this one.
-        assert not running.search(_log_since(lab, SECOND, 0)), "the second worker already runs the job's shard"
         # A new member is durable once the shard's heartbeat carrying it was sent: details are rebuilt within 5 s of
         # a change, the SDK sends a heartbeat every 24 s (0.8 x 30 s). Before that a takeover loses it until the
         # job's first renewal (60 s): not what this test measures.
         st0 = await rec.wait_timeline("WATCHED", timeout_s=30)
         watched_at = next(e.at for e in st0.timeline if e.event == "WATCHED")
         await asyncio.sleep(max(0.0, 35 - (time.time() - watched_at.timestamp())))
+        # Who runs the job's shard: the second worker if its log says it started it, else the lab's worker (which
+        # held every shard before the second one existed).
+        holder = SECOND if _last_start(lab, SECOND, workers.marks[SECOND], shard) >= 0 else "worker"
+        survivor = "worker" if holder == SECOND else SECOND
         base = await baseline(lab, job)
-        mark_b = lab.layout.log_file(SECOND).stat().st_size
+        mark = _size(lab, survivor)
         killed_at = time.time()
-        sigkill_worker(lab)
+        if holder == SECOND:
+            os.kill(workers.second_pid, signal.SIGKILL)
+        else:
+            sigkill_worker(lab)
         record = inject(lab.layout, "crash", run=job.run, rank=3)  # while nobody watches the shard
         took = lab.wait_for(
-            lambda: running.search(_log_since(lab, SECOND, mark_b)) and time.time() - killed_at, TAKEOVER_LIMIT_S + 10
+            lambda: _last_start(lab, survivor, mark, shard) >= 0 and time.time() - killed_at, TAKEOVER_LIMIT_S + 10
         )
         assert isinstance(took, float)
         restored = re.findall(
-            rf"shard {shard}: running \(attempt \d+, (\d+) members restored", _log_since(lab, SECOND, mark_b)
+            rf"shard {shard}: running \(attempt \d+, (\d+) members restored", _log_since(lab, survivor, mark)
         )
-        print(f"\n[takeover] shard {shard} of {shards} taken over {took:.1f} s after the SIGKILL, members {restored}")
+        print(
+            f"\n[takeover] {holder} killed; shard {shard} of {shards} taken over by {survivor} {took:.1f} s later, "
+            f"members restored {restored}"
+        )
         assert restored and int(restored[-1]) >= 1, "the job's subscription was not restored from the heartbeat"
         st = await rec.wait_resumed(timeout_s=TAKEOVER_LIMIT_S + 90)
         await assert_recovered_once(lab, rec, base, bad_node=record.node or "", drained=False)
