@@ -28,7 +28,7 @@ from workflows.constants import shard_feed_workflow_id
 from workflows.domain.incident import ActionKind
 from workflows.domain.recovery import RecoveryState
 from workflows.domain.scheduler_feed import SchedulerFeedInput
-from workflows.domain.slurm import ClusterSnapshot, SlurmJob
+from workflows.domain.slurm import ClusterSnapshot, JobState, SlurmJob
 from workflows.domain.watch_hub import WatchShardInput
 from workflows.domain.watch_routing import shard_of
 from workflows.scheduler_feed import SchedulerFeedWorkflow, ShardFeedWorkflow
@@ -147,6 +147,10 @@ async def test_a_jobs_state_change_reaches_its_hub_through_the_feed_and_recovery
         applied, polls = hub.view.applied, fh.first.reads.snapshots
         # No log line at all: only the scheduler says the job failed, and only the feed tells the hub.
         fh.sched.fail_job(job.job_id, exit_code=13)
+        failed_at = asyncio.get_running_loop().time()
+        await _eventually(lambda: hub.view.jobs[job.job_id].state is JobState.FAILED)
+        seen_s = asyncio.get_running_loop().time() - failed_at
+        print(f"the failed state reached the hub's view {seen_s:.2f} s after the scheduler said it (poll 0.1 s)")
         st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING, timeout=30)
         assert _actions(st, ActionKind.REQUEUE) == [str(job.job_id)]
         assert len(st.incidents) == 1
