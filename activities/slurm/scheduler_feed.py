@@ -26,7 +26,7 @@ from workflows.domain.scheduler_feed import FeedUpdate, SchedulerFeedInput
 from workflows.domain.slurm import ClusterSnapshot
 from workflows.policy.scheduler_feed import ShardPart, diff, digest, route, updates
 
-__all__ = ["Publish", "SchedulerFeedActivities"]
+__all__ = ["FeedState", "Publish", "SchedulerFeedActivities"]
 
 log = logging.getLogger("rebound.scheduler_feed")
 
@@ -50,7 +50,7 @@ class SchedulerFeedActivities:
     @activity.defn(name="scheduler_feed")
     async def scheduler_feed(self, inp: SchedulerFeedInput) -> None:
         """Poll, diff, publish until cancelled or this worker dies (see the module docstring)."""
-        feed = _Feed(inp, epoch=uuid.uuid4().hex[:12])
+        feed = FeedState(inp, epoch=uuid.uuid4().hex[:12])
         log.info("scheduler feed: running (attempt %s, epoch %s)", activity.info().attempt, feed.epoch)
         self.running = True
         try:
@@ -84,7 +84,7 @@ class SchedulerFeedActivities:
             self.published += 1
 
 
-class _Feed:
+class FeedState:
     """One attempt's state: the previous snapshot, each shard's next ``seq``, when the last digest went."""
 
     def __init__(self, inp: SchedulerFeedInput, epoch: str) -> None:
