@@ -64,7 +64,12 @@ def build_watch_shards(
     async def deliver(workflow_id: str, event: WatchEvent) -> None:
         await rebound_workflows.signal_watch_event(client, workflow_id, event)
 
-    return WatchShardActivities(snapshots, logs, deliver, shard_queue_server(client), shared_feed=shared_feed)
+    async def want_digest(cluster: str, shard: int) -> None:
+        await rebound_workflows.request_feed_resend(client, cluster, shard)
+
+    return WatchShardActivities(
+        snapshots, logs, deliver, shard_queue_server(client), shared_feed=shared_feed, want_digest=want_digest
+    )
 
 
 def build_scheduler_feed(client: Client, snapshots: SnapshotCache, *, task_queue: str) -> SchedulerFeedActivities:

@@ -44,6 +44,7 @@ __all__ = [
     "shard_feed_workflow_id",
     "SHARD_FEED_WORKFLOW",
     "FEED_UPDATE_SIGNAL",
+    "FEED_RESEND_SIGNAL",
     "WATCH_FEED_APPLY_ACTIVITY",
     "DEFAULT_WATCH_TASK_QUEUE",
     "DEFAULT_SHARD_QUEUE_PREFIX",
@@ -103,6 +104,8 @@ NODE_GPU_FAULT_SIGNAL = "node_gpu_fault_reported"
 WATCH_RETURNED_SIGNAL = "watch_returned"
 #: ShardFeed signal: the scheduler feed's update for its shard (``FeedUpdate``).
 FEED_UPDATE_SIGNAL = "feed_update"
+#: ShardFeed signal: a hub just started on the shard (a takeover); send it the last digest and the changes since.
+FEED_RESEND_SIGNAL = "feed_resend"
 #: The hub's activity on its shard queue that takes the feed's updates (``list[FeedUpdate]``).
 WATCH_FEED_APPLY_ACTIVITY = "watch_feed_apply"
 #: JobRecovery signal: the Fleet's answer to an isolation request (``IsolationDecision``).

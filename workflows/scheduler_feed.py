@@ -7,8 +7,10 @@ when the worker running it dies, Temporal retries it on another worker within th
 ``ShardFeed`` (id ``rebound/{cluster}/scheduler-feed/{k}``, one per watch shard, started by the feed's first
 update to it) is the shard's mailbox: it takes the feed's signals and hands them, in order and batched, to the
 shard's hub through a short activity on the shard's own task queue (where subscriptions go), so they reach
-whichever process runs the shard now. It is separate from ``WatchShard`` on purpose: its history grows with every
-update and it continues as new freely, while a ``WatchShard`` cannot without restarting its hub's activity.
+whichever process runs the shard now. It keeps the last digest and the deltas since, and sends them again when a
+hub starts on the shard (``feed_resend``, from the hub: a takeover starts with an empty view). It is separate from
+``WatchShard`` on purpose: its history grows with every update and it continues as new freely, while a
+``WatchShard`` cannot without restarting its hub's activity.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.slurm.scheduler_feed import SchedulerFeedActivities
     from workflows.constants import (
+        FEED_RESEND_SIGNAL,
         FEED_UPDATE_SIGNAL,
         SCHEDULER_FEED_WORKFLOW,
         SHARD_FEED_WORKFLOW,
@@ -38,6 +41,9 @@ RETRY = RetryPolicy(
 )
 #: After an attempt that failed for good (it never should): wait, then poll again.
 BACKOFF = timedelta(seconds=10)
+#: Items a mailbox keeps to replay to a hub that just started (its last digest and the deltas since): ~8 MB of
+#: workflow memory at most; the digest of 10,000 jobs in 32 shards is ~600 items.
+RESEND_MAX_ITEMS = 5000
 #: A hand-over to the hub is retried this often while the shard is moving (within ``deliver_within_s``).
 DELIVERY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_interval=timedelta(seconds=10)
@@ -74,10 +80,28 @@ class ShardFeedWorkflow:
 
     def __init__(self) -> None:
         self._inbox: list[FeedUpdate] = []
+        self._digest: list[FeedUpdate] = []
+        """The last whole digest's parts and every delta since: what a hub that just started needs."""
+        self._parts: list[FeedUpdate] = []
 
     @workflow.signal(name=FEED_UPDATE_SIGNAL)
     def feed_update(self, update: FeedUpdate) -> None:
         self._inbox.append(update)
+        if update.digest:
+            self._parts = [update] if update.part == 0 else [*self._parts, update]
+            if len(self._parts) == update.parts:
+                self._digest, self._parts = self._parts, []
+        elif self._digest:
+            self._digest.append(update)
+            if sum(u.items for u in self._digest) > RESEND_MAX_ITEMS:
+                self._digest = []  # too many changes to replay: the hub waits for the feed's next digest
+
+    @workflow.signal(name=FEED_RESEND_SIGNAL)
+    def feed_resend(self) -> None:
+        """A hub just started on the shard (a takeover: its view is empty): the last digest and the changes since,
+        before anything else in the inbox (which they include)."""
+        if self._digest:
+            self._inbox = [*self._digest, *self._parts]  # the parts of a digest still arriving too
 
     @workflow.run
     async def run(self, inp: ShardFeedInput) -> None:

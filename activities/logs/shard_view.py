@@ -43,8 +43,8 @@ class ShardView:
             self._apply(update)
 
     def _apply(self, u: FeedUpdate) -> None:
-        if u.epoch == self._epoch and u.seq <= self._seq:
-            return  # delivered again (a retried activity)
+        if u.epoch == self._epoch and u.seq <= self._seq and (self.ready or not u.digest):
+            return  # delivered again (a retried activity); a digest sent again to a view that is not ready applies
         if u.digest:
             self._digest_part(u)
             return

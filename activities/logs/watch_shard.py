@@ -31,12 +31,14 @@ from workflows.domain.watch_hub import WatchEvent, WatchShardInput
 from workflows.domain.watch_routing import shard_task_queue
 from workflows.policy.watch import WatchAction
 
-__all__ = ["DeliverEvent", "ServeQueue", "WatchShardActivities"]
+__all__ = ["DeliverEvent", "ServeQueue", "WantDigest", "WatchShardActivities"]
 
 log = logging.getLogger("rebound.watch_shard")
 
 #: Signal ``WatchEvent`` to the JobRecovery of this workflow id (``rebound_workflows.signal_watch_event``).
 DeliverEvent = Callable[[str, WatchEvent], Awaitable[None]]
+#: Ask shard k's feed mailbox of this cluster for its last digest (``rebound_workflows.request_feed_resend``).
+WantDigest = Callable[[str, int], Awaitable[None]]
 #: Poll this task queue for these activities while the context is open (an in-process ``Worker``, one poller).
 ServeQueue = Callable[[str, Sequence[Callable[..., Any]]], AbstractAsyncContextManager[None]]
 
@@ -67,11 +69,14 @@ class WatchShardActivities:
         serve: ServeQueue,
         *,
         shared_feed: SchedulerReads | None = None,
+        want_digest: WantDigest | None = None,
     ) -> None:
         """``shared_feed``: with the shared scheduler feed (``watch.scheduler_feed = shared``), the scheduler for the
-        one-job reads that confirm a state change; the hub then reads its shard's view, not ``snapshots``."""
+        one-job reads that confirm a state change; the hub then reads its shard's view, not ``snapshots``, and asks for
+        its mailbox's last digest when it starts (``want_digest``)."""
         self._snapshots = snapshots
         self._direct = shared_feed
+        self._want_digest = want_digest
         self._asking = asyncio.Semaphore(ASK_CONCURRENCY)
         self._logs = logs
         self._deliver = deliver
@@ -91,6 +96,11 @@ class WatchShardActivities:
         queue = shard_task_queue(inp.shard_queue_prefix, inp.shard)
         try:
             async with self._serve(queue, [hub.subscribe_activity, hub.unsubscribe_activity, hub.feed_apply_activity]):
+                if self._direct is not None and self._want_digest is not None:
+                    try:  # best effort: without it the view is ready at the feed's next digest
+                        await asyncio.wait_for(self._want_digest(inp.cluster, inp.shard), timeout=DELIVER_TIMEOUT_S)
+                    except Exception as e:
+                        log.warning("shard %s: could not ask the feed for a digest: %s", inp.shard, e)
                 await self._run(hub, inp)
         finally:
             if self.hubs.get(inp.shard) is hub:

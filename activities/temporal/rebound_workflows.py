@@ -28,6 +28,7 @@ from workflows.constants import (
     AUDIT_WORKFLOW,
     CLUSTER,
     CLUSTER_WATCH_WORKFLOW,
+    FEED_RESEND_SIGNAL,
     FEED_UPDATE_SIGNAL,
     FLEET_WORKFLOW,
     GPU_FAULT_REPORTED_SIGNAL,
@@ -177,6 +178,16 @@ async def publish_feed_update(client: Client, inp: ShardFeedInput, update: FeedU
         search_attributes=_cluster_attributes(inp.cluster),
         static_summary=f"Rebound: scheduler changes for watch shard {inp.shard} of {inp.cluster}",
     )
+
+
+async def request_feed_resend(client: Client, cluster: str, shard: int) -> None:
+    """Ask shard ``shard``'s ShardFeed mailbox for its last digest and the changes since (a hub just started there);
+    no mailbox yet (the feed has not published to the shard) is no error: its first update is a digest."""
+    try:
+        await client.get_workflow_handle(shard_feed_workflow_id(cluster, shard)).signal(FEED_RESEND_SIGNAL)
+    except RPCError as e:
+        if e.status is not RPCStatusCode.NOT_FOUND:
+            raise
 
 
 def _fleet_summary(cluster: str) -> str:

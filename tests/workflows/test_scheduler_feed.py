@@ -55,7 +55,10 @@ class CountingReads:
 class Process:
     """One worker process's watch side: its client, its cache and counters, its shard hubs and feed activity."""
 
-    def __init__(self, client: Client, sched: FakeScheduler, task_queue: str) -> None:
+    def __init__(
+        self, client: Client, sched: FakeScheduler, task_queue: str, *, shards: bool = True, feed: bool = True
+    ) -> None:
+        self.serves = (shards, feed)
         self.reads = CountingReads(sched)
         cache = SnapshotCache(self.reads, max_age_s=0.05)  # type: ignore[arg-type]
         self.shards = build_watch_shards(client, cache, LogPolicy(), shared_feed=self.reads)  # type: ignore[arg-type]
@@ -63,7 +66,9 @@ class Process:
         self.client = client
 
     def watch_worker(self, queue: str) -> Worker:
-        return Worker(self.client, task_queue=queue, activities=[self.shards.watch_shard, self.feed.scheduler_feed])
+        shards, feed = self.serves
+        activities = [*([self.shards.watch_shard] if shards else []), *([self.feed.scheduler_feed] if feed else [])]
+        return Worker(self.client, task_queue=queue, activities=activities)
 
 
 class FeedHarness(HubHarness):
@@ -98,7 +103,8 @@ class FeedHarness(HubHarness):
             for w in (self.worker(), resume):
                 await stack.enter_async_context(w)
             for p in procs:
-                self.watchers[id(p)] = await stack.enter_async_context(p.watch_worker(self.watch_queue))
+                queue = self.watch_queue if p.serves[0] else self.feed_input.watch_task_queue
+                self.watchers[id(p)] = await stack.enter_async_context(p.watch_worker(queue))
             started = [
                 await rebound_workflows.start_watch_shard(
                     self.client,
@@ -209,6 +215,54 @@ async def test_two_workers_poll_the_scheduler_once_and_the_feed_moves_when_its_w
         before_other = other.reads.snapshots
         await asyncio.sleep(1)
         assert other.reads.snapshots > before_other  # the survivor polls now
+        for h in handles:
+            with contextlib.suppress(Exception):
+                await h.terminate("test over")
+
+
+async def test_a_shard_taken_over_while_the_feed_stays_gets_its_view_from_its_mailbox_at_once(
+    temporal_client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The feed's process lives; the process running the shards dies and another takes them: their hubs start with
+    empty views and ask their mailboxes for the last digest and the changes since (not the feed's next digest,
+    60 s away here)."""
+    fh = FeedHarness(temporal_client, task_queue, tmp_path)
+
+    async def process() -> Process:
+        client = await Client.connect(
+            temporal_client.service_client.config.target_host, data_converter=pydantic_data_converter
+        )
+        return Process(client, fh.sched, task_queue, feed=False)
+
+    fh.first.serves = (False, True)  # the feed only, on a queue of its own (a worker on a queue serves it all)
+    fh.feed_input = fh.feed_input.model_copy(update={"watch_task_queue": f"{fh.watch_queue}-feed"})
+    b1, b2 = await process(), await process()
+    async with fh.with_feed(fh.first, b1):
+        jobs = [fh.sched.submit(fh.nodes[:1]) for _ in range(2 * SHARDS)]
+        handles = [await fh.start(j.job_id) for j in jobs]
+        for h in handles:
+            await until(h, lambda s: s.state is RecoveryState.WATCHING)
+        await _eventually(lambda: len(b1.shards.hubs) == SHARDS and all(h.view.ready for h in b1.shards.hubs.values()))
+        fh.sched.fail_job(jobs[1].job_id, exit_code=1)  # a delta after the digest: the replay must carry it too
+        await until(handles[1], lambda s: s.state is RecoveryState.VERIFYING, timeout=30)
+        await _eventually(lambda: not any(h.changed for h in b1.shards.hubs.values()))
+        await asyncio.sleep(5)  # the members reach the shards' heartbeat details
+        await fh.kill(b1)
+        async with b2.watch_worker(fh.watch_queue):
+            await _eventually(lambda: len(b2.shards.hubs) == SHARDS, timeout=30)
+            started = asyncio.get_running_loop().time()
+            await _eventually(lambda: all(h.view.ready for h in b2.shards.hubs.values()), timeout=15)
+            print(f"taken-over views ready {asyncio.get_running_loop().time() - started:.2f} s after the hubs started")
+            view = b2.shards.hubs[shard_of(jobs[1].job_id, SHARDS)].view
+            # The changes since the digest (failed, then requeued by its recovery) were replayed too.
+            assert view.jobs[jobs[1].job_id] == fh.sched.jobs[jobs[1].job_id]
+            assert view.jobs[jobs[1].job_id].state is not JobState.RUNNING
+            polls = b2.reads.snapshots
+            await asyncio.sleep(1)
+            assert b2.reads.snapshots == polls  # b2 reads views, not the scheduler
+            fh.sched.fail_job(jobs[0].job_id, exit_code=1)
+            st = await until(handles[0], lambda s: s.state is RecoveryState.VERIFYING, timeout=30)
+            assert len(st.incidents) == 1
         for h in handles:
             with contextlib.suppress(Exception):
                 await h.terminate("test over")

@@ -67,3 +67,13 @@ def test_a_change_the_view_shows_is_confirmed_with_the_scheduler_before_it_is_be
     assert view_says_changed(snap, watch.model_copy(update={"last_restart_count": 1}))  # a requeue it lags
     absent = view.snapshot_of(9, ())
     assert absent is not None and view_says_changed(absent, watch.model_copy(update={"job_id": 9}))
+
+
+def test_a_digest_sent_again_applies_to_a_view_that_is_not_ready_and_is_ignored_by_a_ready_one() -> None:
+    view = ShardView(0)
+    view.apply([_u(1, digest=True, jobs=(J1,)), _u(3, jobs=(J2,))])  # seq 2 lost: not ready
+    assert not view.ready
+    view.apply([_u(1, digest=True, jobs=(J1,)), _u(2, removed=(1,)), _u(3, jobs=(J2,))])  # the mailbox's replay
+    assert view.ready and set(view.jobs) == {2}
+    view.apply([_u(1, digest=True, jobs=(J1,))])  # a replay to a ready view changes nothing
+    assert set(view.jobs) == {2}
