@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,11 @@ class Process:
 
     def watch_worker(self, queue: str) -> Worker:
         shards, feed = self.serves
-        activities = [*([self.shards.watch_shard] if shards else []), *([self.feed.scheduler_feed] if feed else [])]
+        activities: list[Callable[..., Any]] = []
+        if shards:
+            activities.append(self.shards.watch_shard)
+        if feed:
+            activities.append(self.feed.scheduler_feed)
         return Worker(self.client, task_queue=queue, activities=activities)
 
 
