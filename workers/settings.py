@@ -11,7 +11,7 @@ import ipaddress
 import os
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
@@ -207,6 +207,22 @@ class WatchSettings(_Section):
         "takeover time (plus ~1 s). The SDK heartbeats every 0.8 x this at most: 150 actions per shard-hour at 30.",
     )
 
+    scheduler_feed: Literal["local", "shared"] = Field(
+        "local",
+        description="local: each worker's shard hubs poll the scheduler themselves (one squeue + sinfo per interval "
+        "per worker). shared: one worker polls for the cluster and publishes each shard's changes through Temporal "
+        "(the SchedulerFeed workflow; another worker takes over when it dies): one poll per interval per cluster, "
+        "for ~150 actions per hour plus ~2 per change (ADR 015). Every worker must use the same value.",
+    )
+    feed_digest_s: float = Field(
+        300.0,
+        ge=5,
+        le=86_400,
+        description="With the shared feed: every shard gets a digest of its jobs and their nodes this often (and "
+        "when the feed moves); a hub whose view missed an update reads the scheduler itself until then. "
+        "2 actions per shard per digest.",
+    )
+
     @model_validator(mode="after")
     def _log_roots_absolute(self) -> WatchSettings:
         relative = [str(root) for root in self.log_roots if not root.is_absolute()]
@@ -216,7 +232,8 @@ class WatchSettings(_Section):
 
     @property
     def effective_shard_slots(self) -> int:
-        return self.shard_slots or self.shards
+        """All shards by default, plus the shared scheduler feed's activity (it runs on the same queue)."""
+        return (self.shard_slots or self.shards) + (1 if self.scheduler_feed == "shared" else 0)
 
     def routing(self) -> WatchRouting | None:
         """What a JobRecovery's input carries to reach the hub; None when the hub is off (per-job watches)."""

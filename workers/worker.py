@@ -24,13 +24,14 @@ from workers.fleet import build_fleet_activities, start_fleet
 from workers.lifecycle import stop_on_signals
 from workers.settings import Settings
 from workers.telemetry import Telemetry, install_telemetry
-from workers.watch_hub import build_watch_shards, start_watch_shards, watch_workers
+from workers.watch_hub import build_scheduler_feed, build_watch_shards, start_watch_shards, watch_workers
 from workers.wiring import build_gpu_activities, build_scheduler, build_snapshot_cache
 from workflows.audit import AuditWorkflow
 from workflows.cluster_watch import ClusterWatchWorkflow
 from workflows.fleet import FleetWorkflow
 from workflows.job_recovery import JobRecoveryWorkflow
 from workflows.node_gpu_health import NodeGpuHealthWorkflow
+from workflows.scheduler_feed import SchedulerFeedWorkflow, ShardFeedWorkflow
 from workflows.watch_shard import WatchShardWorkflow
 
 log = logging.getLogger("rebound.worker")
@@ -42,6 +43,8 @@ WORKFLOWS = [
     AuditWorkflow,
     FleetWorkflow,
     WatchShardWorkflow,
+    SchedulerFeedWorkflow,
+    ShardFeedWorkflow,
 ]
 
 
@@ -112,7 +115,10 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
     # Watching and resume checks on their own queues and slots: an action never waits behind a watch (ADR 015).
-    others = watch_workers(client, settings, build_watch_shards(client, snapshots, logs), watch)
+    shared = settings.watch.scheduler_feed == "shared"
+    shards = build_watch_shards(client, snapshots, logs, shared_feed=scheduler if shared else None)
+    feed = build_scheduler_feed(client, snapshots, task_queue=settings.temporal.task_queue) if shared else None
+    others = watch_workers(client, settings, shards, watch, feed)
     log.info("worker polling %s on %s", settings.temporal.task_queue, settings.temporal.address)
     async with contextlib.AsyncExitStack() as workers:
         for w in (worker, *others):

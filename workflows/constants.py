@@ -39,6 +39,13 @@ __all__ = [
     "NODE_GPU_HEALTH_WORKFLOW",
     "WATCH_RETURNED_SIGNAL",
     "WATCH_SHARD_WORKFLOW",
+    "SCHEDULER_FEED_WORKFLOW",
+    "scheduler_feed_workflow_id",
+    "shard_feed_workflow_id",
+    "SHARD_FEED_WORKFLOW",
+    "FEED_UPDATE_SIGNAL",
+    "FEED_RESEND_SIGNAL",
+    "WATCH_FEED_APPLY_ACTIVITY",
     "DEFAULT_WATCH_TASK_QUEUE",
     "DEFAULT_SHARD_QUEUE_PREFIX",
     "DEFAULT_RESUME_TASK_QUEUE",
@@ -81,6 +88,10 @@ AUDIT_WORKFLOW = "Audit"
 NODE_GPU_HEALTH_WORKFLOW = "NodeGpuHealth"
 #: One watch shard: keeps its hub's ``watch_shard`` activity running on some worker (``workflows.watch_shard``).
 WATCH_SHARD_WORKFLOW = "WatchShard"
+#: The cluster's one scheduler poll, published per shard (``workflows.scheduler_feed``).
+SCHEDULER_FEED_WORKFLOW = "SchedulerFeed"
+#: One shard's feed mailbox: hands the feed's updates to the shard's hub (``workflows.scheduler_feed``).
+SHARD_FEED_WORKFLOW = "ShardFeed"
 
 # ----- messages ------------------------------------------------------------------------------------------------
 #: Query of JobRecovery, Fleet and ClusterWatch: the workflow's status model.
@@ -91,6 +102,12 @@ GPU_FAULT_REPORTED_SIGNAL = "gpu_fault_reported"
 NODE_GPU_FAULT_SIGNAL = "node_gpu_fault_reported"
 #: JobRecovery signal: the watch hub's answer to a subscription (``WatchEvent``, ADR 015).
 WATCH_RETURNED_SIGNAL = "watch_returned"
+#: ShardFeed signal: the scheduler feed's update for its shard (``FeedUpdate``).
+FEED_UPDATE_SIGNAL = "feed_update"
+#: ShardFeed signal: a hub just started on the shard (a takeover); send it the last digest and the changes since.
+FEED_RESEND_SIGNAL = "feed_resend"
+#: The hub's activity on its shard queue that takes the feed's updates (``list[FeedUpdate]``).
+WATCH_FEED_APPLY_ACTIVITY = "watch_feed_apply"
 #: JobRecovery signal: the Fleet's answer to an isolation request (``IsolationDecision``).
 ISOLATION_DECIDED_SIGNAL = "isolation_decided"
 #: JobRecovery updates: stop and restart monitoring (``PauseRequest`` -> ``JobRecoveryStatus``).
@@ -141,6 +158,16 @@ def fleet_workflow_id(cluster: str) -> str:
 def watch_shard_workflow_id(cluster: str, shard: int) -> str:
     """Business key of watch shard ``shard``'s ``WatchShard`` workflow: every worker starts it, one runs."""
     return f"rebound/{cluster}/watch-shard/{shard}"
+
+
+def scheduler_feed_workflow_id(cluster: str) -> str:
+    """Business key of the cluster's ``SchedulerFeed`` workflow: every worker starts it, one polls the scheduler."""
+    return f"rebound/{cluster}/scheduler-feed"
+
+
+def shard_feed_workflow_id(cluster: str, shard: int) -> str:
+    """Business key of shard ``shard``'s ``ShardFeed`` mailbox (started by the feed's first update to it)."""
+    return f"rebound/{cluster}/scheduler-feed/{shard}"
 
 
 def node_gpu_health_workflow_id(cluster: str, node: str, nonce: str) -> str:

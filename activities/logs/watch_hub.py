@@ -22,6 +22,7 @@ import json
 import logging
 import zlib
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,8 +32,11 @@ from temporalio import activity
 
 from activities.logs.job_logs import LogPolicy
 from activities.logs.job_watcher import JobWatcher, PollStep, WatchState
+from activities.logs.shard_view import ShardView
+from workflows.constants import WATCH_FEED_APPLY_ACTIVITY
 from workflows.domain.loop import JobWatchResult
 from workflows.domain.progress import ProgressState
+from workflows.domain.scheduler_feed import FeedUpdate
 from workflows.domain.slurm import ClusterSnapshot
 from workflows.domain.watch_hub import WatchEvent, WatchSubscription, WatchUnsubscribe
 
@@ -89,6 +93,9 @@ class ShardHub:
         self._delivered: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self.changed = False
         """Membership changed since the last ``details``: a new member must reach the heartbeat soon."""
+        self.view = ShardView(shard)
+        """The shard's jobs and nodes as the shared scheduler feed says (unused with ``watch.scheduler_feed =
+        local``); not heartbeated: a hub taken over reads the scheduler itself until the feed's next digest."""
 
     # ----- membership ------------------------------------------------------------------------------------------
     def subscribe(self, sub: WatchSubscription, now: datetime | None = None) -> str:
@@ -147,16 +154,26 @@ class ShardHub:
         """A JobRecovery stops its job's watch (a GPU fault or a pause took over)."""
         return self.unsubscribe(req)
 
+    @activity.defn(name=WATCH_FEED_APPLY_ACTIVITY)
+    async def feed_apply_activity(self, batch: list[FeedUpdate]) -> int:
+        """The shared scheduler feed's updates for this shard, in order (its ``ShardFeed`` mailbox sends them)."""
+        self.view.apply(batch)
+        return self.view.applied
+
     # ----- polling ---------------------------------------------------------------------------------------------
-    def read_all(self, snap: ClusterSnapshot, now: datetime) -> list[tuple[str, PollStep]]:
+    def read_all(
+        self, snap: ClusterSnapshot | Mapping[str, ClusterSnapshot], now: datetime
+    ) -> list[tuple[str, PollStep]]:
         """Read every member without a pending event once against ``snap`` (blocking file I/O: one thread hop
-        per shard poll). A member whose read fails is skipped this poll and logged, never dropped."""
+        per shard poll). A member whose read fails is skipped this poll and logged, never dropped. With the shared
+        feed ``snap`` is one small snapshot per member (its job and nodes); a member without one waits."""
         steps = []
         for key, member in list(self.members.items()):
-            if member.pending is not None:
+            own = snap.get(key) if isinstance(snap, Mapping) else snap
+            if member.pending is not None or own is None:
                 continue
             try:
-                steps.append((key, member.watcher.read(snap, now)))
+                steps.append((key, member.watcher.read(own, now)))
             except Exception:  # one job's unreadable state must not stop the shard's other jobs
                 log.exception("shard %s: polling job %s failed", self.shard, member.sub.watch.job_id)
         return steps

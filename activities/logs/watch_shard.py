@@ -21,7 +21,9 @@ from temporalio import activity
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.logs.job_logs import LogPolicy
+from activities.logs.shard_view import view_says_changed
 from activities.logs.watch_hub import ShardHub
+from activities.slurm.port import SchedulerReads
 from activities.slurm.snapshots import SnapshotCache
 from workflows.domain.errors import ReboundError
 from workflows.domain.slurm import ClusterSnapshot
@@ -29,12 +31,14 @@ from workflows.domain.watch_hub import WatchEvent, WatchShardInput
 from workflows.domain.watch_routing import shard_task_queue
 from workflows.policy.watch import WatchAction
 
-__all__ = ["DeliverEvent", "ServeQueue", "WatchShardActivities"]
+__all__ = ["DeliverEvent", "ServeQueue", "WantDigest", "WatchShardActivities"]
 
 log = logging.getLogger("rebound.watch_shard")
 
 #: Signal ``WatchEvent`` to the JobRecovery of this workflow id (``rebound_workflows.signal_watch_event``).
 DeliverEvent = Callable[[str, WatchEvent], Awaitable[None]]
+#: Ask shard k's feed mailbox of this cluster for its last digest (``rebound_workflows.request_feed_resend``).
+WantDigest = Callable[[str, int], Awaitable[None]]
 #: Poll this task queue for these activities while the context is open (an in-process ``Worker``, one poller).
 ServeQueue = Callable[[str, Sequence[Callable[..., Any]]], AbstractAsyncContextManager[None]]
 
@@ -47,6 +51,9 @@ CHANGED_DETAILS_EVERY_S = 5.0
 #: One signal's limit: a hung server must not stall the shard's polls.
 DELIVER_TIMEOUT_S = 10.0
 
+#: One-job scheduler reads (confirmations) in flight at once per process: a burst of changes stays gentle.
+ASK_CONCURRENCY = 8
+
 MEMBERS_GAUGE = "rebound_watch_shard_members"
 POLL_HISTOGRAM = "rebound_watch_shard_poll_seconds"
 
@@ -54,8 +61,23 @@ POLL_HISTOGRAM = "rebound_watch_shard_poll_seconds"
 class WatchShardActivities:
     """The shard activity, sharing the worker's snapshot cache and log policy."""
 
-    def __init__(self, snapshots: SnapshotCache, logs: LogPolicy, deliver: DeliverEvent, serve: ServeQueue) -> None:
+    def __init__(
+        self,
+        snapshots: SnapshotCache,
+        logs: LogPolicy,
+        deliver: DeliverEvent,
+        serve: ServeQueue,
+        *,
+        shared_feed: SchedulerReads | None = None,
+        want_digest: WantDigest | None = None,
+    ) -> None:
+        """``shared_feed``: with the shared scheduler feed (``watch.scheduler_feed = shared``), the scheduler for the
+        one-job reads that confirm a state change; the hub then reads its shard's view, not ``snapshots``, and asks for
+        its mailbox's last digest when it starts (``want_digest``)."""
         self._snapshots = snapshots
+        self._direct = shared_feed
+        self._want_digest = want_digest
+        self._asking = asyncio.Semaphore(ASK_CONCURRENCY)
         self._logs = logs
         self._deliver = deliver
         self._serve = serve
@@ -73,7 +95,12 @@ class WatchShardActivities:
         self.hubs[inp.shard] = hub
         queue = shard_task_queue(inp.shard_queue_prefix, inp.shard)
         try:
-            async with self._serve(queue, [hub.subscribe_activity, hub.unsubscribe_activity]):
+            async with self._serve(queue, [hub.subscribe_activity, hub.unsubscribe_activity, hub.feed_apply_activity]):
+                if self._direct is not None and self._want_digest is not None:
+                    try:  # best effort: without it the view is ready at the feed's next digest
+                        await asyncio.wait_for(self._want_digest(inp.cluster, inp.shard), timeout=DELIVER_TIMEOUT_S)
+                    except Exception as e:
+                        log.warning("shard %s: could not ask the feed for a digest: %s", inp.shard, e)
                 await self._run(hub, inp)
         finally:
             if self.hubs.get(inp.shard) is hub:
@@ -112,6 +139,9 @@ class WatchShardActivities:
             log.info("shard %s: %s not renewed for two leases, dropped", hub.shard, key)
         if not hub.members:
             return
+        if self._direct is not None and hub.view.ready:
+            await self._poll_from_view(hub, self._direct, now)
+            return
         snap = await self._snapshots.get()
         steps = await asyncio.to_thread(hub.read_all, snap, now)
         fresh: ClusterSnapshot | None = None
@@ -119,6 +149,52 @@ class WatchShardActivities:
             if step.decision.action is WatchAction.REFRESH_SCHEDULER and fresh is None:
                 fresh = await self._snapshots.get(max_age_s=0)
             hub.settle(key, step, fresh)
+
+    async def _poll_from_view(self, hub: ShardHub, direct: SchedulerReads, now: datetime) -> None:
+        """Poll every member against the shard's feed view; a job the view says changed or gone is confirmed with
+        the scheduler first (one job, ``get_job``), and so is a ``REFRESH_SCHEDULER``: the feed may lag the logs or
+        a requeue by a poll and a hand-over, and a lagging view must not be read as a state."""
+        views: dict[str, ClusterSnapshot] = {}
+        confirm: list[str] = []
+        for key, m in hub.members.items():
+            view = hub.view.snapshot_of(m.sub.watch.job_id, m.watcher.state.nodes)
+            if m.pending is not None or view is None:
+                continue
+            views[key] = view
+            if view_says_changed(view, m.sub.watch):
+                confirm.append(key)
+        jobs = {key: m.sub.watch.job_id for key, m in hub.members.items()}
+        asked = await self._ask(hub, direct, [(jobs[k], views[k]) for k in confirm])
+        for key, word in zip(confirm, asked, strict=True):
+            if word is None:
+                del views[key]  # the scheduler could not say: the member waits a poll, as in an outage
+            else:
+                views[key] = word
+        steps = await asyncio.to_thread(hub.read_all, views, now)
+        refresh = [(k, s) for k, s in steps if s.decision.action is WatchAction.REFRESH_SCHEDULER]
+        again = await self._ask(hub, direct, [(jobs[k], views[k]) for k, _ in refresh])
+        fresh = dict(zip([k for k, _ in refresh], again, strict=True))
+        for key, step in steps:
+            hub.settle(key, step, fresh.get(key))
+
+    async def _ask(
+        self, hub: ShardHub, direct: SchedulerReads, views: list[tuple[int, ClusterSnapshot]]
+    ) -> list[ClusterSnapshot | None]:
+        """Each job's view with the job as the scheduler says now (None where it could not say)."""
+
+        async def one(job_id: int, view: ClusterSnapshot) -> ClusterSnapshot | None:
+            async with self._asking:
+                taken = datetime.now(UTC)
+                try:
+                    job = await direct.get_job(job_id)
+                except ReboundError as e:
+                    log.warning("shard %s: job %s could not be confirmed: %s", hub.shard, job_id, e.message)
+                    return None
+                return ClusterSnapshot.model_construct(
+                    observed_at=taken, jobs=(job,) if job is not None else (), nodes=view.nodes
+                )
+
+        return list(await asyncio.gather(*(one(j, v) for j, v in views)))
 
     async def deliver_pending(self, hub: ShardHub) -> None:
         """Signal every pending event; a delivered one (or one whose workflow is gone) drops its member."""

@@ -28,6 +28,8 @@ from workflows.constants import (
     AUDIT_WORKFLOW,
     CLUSTER,
     CLUSTER_WATCH_WORKFLOW,
+    FEED_RESEND_SIGNAL,
+    FEED_UPDATE_SIGNAL,
     FLEET_WORKFLOW,
     GPU_FAULT_REPORTED_SIGNAL,
     JOB_ID,
@@ -38,7 +40,9 @@ from workflows.constants import (
     REQUEST_ISOLATION_SIGNAL,
     RESET_BREAKER_UPDATE,
     RESUME_UPDATE,
+    SCHEDULER_FEED_WORKFLOW,
     SET_MODE_UPDATE,
+    SHARD_FEED_WORKFLOW,
     STATUS_QUERY,
     WATCH_RETURNED_SIGNAL,
     WATCH_SHARD_WORKFLOW,
@@ -46,6 +50,8 @@ from workflows.constants import (
     fleet_workflow_id,
     job_workflow_id,
     node_gpu_health_workflow_id,
+    scheduler_feed_workflow_id,
+    shard_feed_workflow_id,
     watch_shard_workflow_id,
 )
 from workflows.domain.audit import AuditInput, AuditResult
@@ -62,6 +68,7 @@ from workflows.domain.fleet import (
 )
 from workflows.domain.gpu import GpuEvent, NodeGpuHealthInput, NodeGpuHealthResult
 from workflows.domain.recovery import JobRecoveryInput, JobRecoveryStatus, PauseRequest
+from workflows.domain.scheduler_feed import FeedUpdate, SchedulerFeedInput, ShardFeedInput
 from workflows.domain.watch_hub import WatchEvent, WatchShardInput
 from workflows.policy.restart_strategy import in_lineage
 
@@ -143,6 +150,44 @@ async def start_watch_shard(client: Client, inp: WatchShardInput, *, task_queue:
         search_attributes=_cluster_attributes(inp.cluster),
         static_summary=f"Rebound: watch shard {inp.shard}/{inp.shards} of {inp.cluster} (job logs and scheduler)",
     )
+
+
+async def start_scheduler_feed(client: Client, inp: SchedulerFeedInput, *, task_queue: str) -> WorkflowHandle[Any, Any]:
+    """Start the cluster's SchedulerFeed, or attach to the running one (every worker calls this)."""
+    return await client.start_workflow(
+        SCHEDULER_FEED_WORKFLOW,
+        inp,
+        id=scheduler_feed_workflow_id(inp.cluster),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=_cluster_attributes(inp.cluster),
+        static_summary=f"Rebound: one scheduler poll for {inp.cluster}, published to its {inp.shards} watch shards",
+    )
+
+
+async def publish_feed_update(client: Client, inp: ShardFeedInput, update: FeedUpdate, *, task_queue: str) -> None:
+    """Signal the shard's ShardFeed mailbox one update, starting the mailbox if it is not running."""
+    await client.start_workflow(
+        SHARD_FEED_WORKFLOW,
+        inp,
+        id=shard_feed_workflow_id(inp.cluster, inp.shard),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        start_signal=FEED_UPDATE_SIGNAL,
+        start_signal_args=[update],
+        search_attributes=_cluster_attributes(inp.cluster),
+        static_summary=f"Rebound: scheduler changes for watch shard {inp.shard} of {inp.cluster}",
+    )
+
+
+async def request_feed_resend(client: Client, cluster: str, shard: int) -> None:
+    """Ask shard ``shard``'s ShardFeed mailbox for its last digest and the changes since (a hub just started there);
+    no mailbox yet (the feed has not published to the shard) is no error: its first update is a digest."""
+    try:
+        await client.get_workflow_handle(shard_feed_workflow_id(cluster, shard)).signal(FEED_RESEND_SIGNAL)
+    except RPCError as e:
+        if e.status is not RPCStatusCode.NOT_FOUND:
+            raise
 
 
 def _fleet_summary(cluster: str) -> str:
