@@ -99,7 +99,7 @@ def register(commands: Commands) -> None:
     scale.add_argument("--ranks", type=int, default=8, help="ranks (log files, GPUs) per job (default 8)")
     scale.add_argument("--minutes", type=float, default=10.0, help="measurement window per run (default 10)")
     scale.add_argument(
-        "--faults", type=int, default=None, help="faults per kind (default: 100 at 5,000 jobs, one per 50 jobs, >= 3)"
+        "--faults", type=int, default=None, help="faults per kind (default: 100 at 5,000 jobs, one per 50 jobs, >= 5)"
     )
     scale.add_argument(
         "--settle", type=float, default=180.0, help="seconds after the window for the last faults' recoveries"

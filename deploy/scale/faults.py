@@ -21,10 +21,10 @@ from enum import StrEnum
 
 __all__ = ["FULL_SIZE_JOBS", "FaultKind", "InjectedFault", "PlannedFault", "faults_per_kind", "plan_faults"]
 
-#: The issue's full size: >= 100 faults per kind at 5,000 jobs; smaller runs scale down (at least 3 per kind).
+#: The issue's full size: >= 100 faults per kind at 5,000 jobs; smaller runs scale down (at least 5 per kind).
 FULL_SIZE_JOBS = 5000
 FULL_SIZE_PER_KIND = 100
-MIN_PER_KIND = 3
+MIN_PER_KIND = 5
 
 
 class FaultKind(StrEnum):
@@ -56,7 +56,7 @@ class InjectedFault:
 
 def faults_per_kind(jobs: int, requested: int | None = None) -> int:
     """Faults per kind: ``requested``, else 100 at 5,000 jobs and proportionally fewer below (one per 50 jobs,
-    at least 3); never more than a third of the jobs each, since every fault gets its own job."""
+    at least 5); never more than a third of the jobs each, since every fault gets its own job."""
     wanted = requested if requested is not None else max(MIN_PER_KIND, jobs * FULL_SIZE_PER_KIND // FULL_SIZE_JOBS)
     return max(0, min(wanted, jobs // len(FaultKind)))
 

@@ -138,19 +138,29 @@ async def _wait_watched(client: Client, jobs: int, stack: Stack, timeout_s: floa
         await asyncio.sleep(2.0)
 
 
-async def _incidents(client: Client, job_ids: list[int]) -> dict[int, tuple[Incident, ...]]:
+async def _incidents(
+    client: Client, job_ids: list[int], *, attempts: int = 1, timeout_s: float = 30.0
+) -> dict[int, tuple[Incident, ...]]:
+    """Each job's incidents (its JobRecovery's ``status`` query); a job whose query fails every attempt (a worker
+    too busy to answer) is left out and named on stderr."""
     out: dict[int, tuple[Incident, ...]] = {}
     sem = asyncio.Semaphore(16)
 
     async def one(job_id: int) -> None:
         async with sem:
             try:
-                status = await query_job_status(client, job_workflow_id(CLUSTER, job_id), timeout_s=30.0)
+                status = await query_job_status(client, job_workflow_id(CLUSTER, job_id), timeout_s=timeout_s)
                 out[job_id] = status.incidents
-            except Exception as e:  # noqa: BLE001 - a job we cannot read is reported, not fatal
-                print(f"  job {job_id}: status query failed: {e}", file=sys.stderr)
+            except Exception as e:  # noqa: BLE001 - a job we cannot read now is asked again, then reported
+                if attempts <= 1:
+                    print(f"  job {job_id}: status query failed: {type(e).__name__} {e}", file=sys.stderr)
 
-    await asyncio.gather(*(one(j) for j in job_ids))
+    missing = list(job_ids)
+    for _ in range(attempts):
+        await asyncio.gather(*(one(j) for j in missing))
+        missing = [j for j in missing if j not in out]
+        if not missing:
+            break
     return out
 
 
@@ -259,7 +269,7 @@ async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
         before = actions_from_metrics(await asyncio.to_thread(scrape, stack.metrics_url), "default")
         w0 = datetime.now(UTC)
         sampler.start()
-        print(f"[{jobs} jobs] window of {opts.minutes:g} min, {len(plan)} faults", flush=True)
+        print(f"[{jobs} jobs] window of {opts.minutes:g} min, {len(plan)} faults; load {_load()}", flush=True)
         injected: list[InjectedFault] = []
         pending = list(plan)
         started = time.monotonic()
@@ -274,9 +284,13 @@ async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
         w1 = datetime.now(UTC)
         after = actions_from_metrics(await asyncio.to_thread(scrape, stack.metrics_url), "default")
         await asyncio.gather(*injections)
-        print(f"[{jobs} jobs] window closed; settling up to {opts.settle_s:.0f} s", flush=True)
+        print(f"[{jobs} jobs] window closed (load {_load()}); settling up to {opts.settle_s:.0f} s", flush=True)
         incidents = await _settle(client, injected, opts.settle_s)
-        incidents.update(await _incidents(client, [j for j in cluster.jobs if j not in incidents]))
+        rest = [j for j in cluster.jobs if j not in incidents]
+        incidents.update(await _incidents(client, rest, attempts=3, timeout_s=60.0))
+        unread = [j for j in cluster.jobs if j not in incidents]
+        if unread:
+            print(f"[{jobs} jobs] {len(unread)} job(s) never answered their status query: {unread[:20]}", flush=True)
         outcomes, false_count, extra = score(injected, incidents)
         costs = Costs(
             window_s=round((w1 - w0).total_seconds(), 1),
@@ -337,12 +351,17 @@ async def _settle(client: Client, faults: list[InjectedFault], settle_s: float) 
     """Poll the faulted jobs until each has an incident with its recovery action done, or ``settle_s`` passed."""
     deadline = time.monotonic() + settle_s
     while True:
-        found = await _incidents(client, [f.job_id for f in faults])
+        found = await _incidents(client, [f.job_id for f in faults], attempts=2)
         outcomes, _, _ = score(faults, found)
         done = sum(1 for o in outcomes if o.action_s is not None)
         if done == len(faults) or time.monotonic() > deadline:
             return found
         await asyncio.sleep(10.0)
+
+
+def _load() -> str:
+    """The machine's 1/5/15-minute load averages: other tenants' work shows here."""
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def run_scale_command(args: argparse.Namespace) -> int:

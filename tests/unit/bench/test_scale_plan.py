@@ -19,7 +19,7 @@ def test_faults_per_kind_scale_with_the_cluster() -> None:
     assert faults_per_kind(5000) == 100
     assert faults_per_kind(10000) == 200
     assert faults_per_kind(1000) == 20
-    assert faults_per_kind(100) == 3  # the floor
+    assert faults_per_kind(100) == 5  # the floor
     assert faults_per_kind(6) == 2  # never more than a third of the jobs each
     assert faults_per_kind(100, requested=10) == 10
 
