@@ -30,18 +30,17 @@ from temporalio.client import Client
 
 from activities.slurm.hostlist import compress
 from activities.slurm.parse import load_payload, parse_jobs, parse_nodes
-from activities.temporal.rebound_workflows import query_job_status
 from deploy.local.fake_nvml_state import append_xid
 from deploy.local.node_agents import state_file
 from deploy.scale.cluster import JobChange, SyntheticCluster
 from deploy.scale.faults import FaultKind, InjectedFault, PlannedFault, faults_per_kind, plan_faults
 from deploy.scale.measure import HEARTBEAT_ACTION, ProcSampler, actions_from_metrics, scrape
+from deploy.scale.reads import history_events, incidents, wait_watched, waiting_activities
 from deploy.scale.scheduler import FakeSlurm
 from deploy.scale.score import Costs, RunResult, format_table, report_json, score
-from deploy.scale.stack import CLUSTER, Stack
+from deploy.scale.stack import Stack
 from workers.client import connect
 from workers.settings import TemporalSettings
-from workflows.constants import JOB_RECOVERY_WORKFLOW, job_workflow_id
 from workflows.domain.incident import Incident
 
 __all__ = ["ScaleOptions", "run_scale_command"]
@@ -125,63 +124,6 @@ async def _inject(
         fake.fail(fault.job_id)
 
 
-async def _wait_watched(client: Client, jobs: int, stack: Stack, timeout_s: float) -> None:
-    query = f"WorkflowType='{JOB_RECOVERY_WORKFLOW}' AND ExecutionStatus='Running'"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        stack.check_alive()
-        count = (await client.count_workflows(query)).count
-        if count >= jobs:
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"only {count} of {jobs} jobs got a JobRecovery within {timeout_s:.0f} s")
-        await asyncio.sleep(2.0)
-
-
-async def _incidents(
-    client: Client, job_ids: list[int], *, attempts: int = 1, timeout_s: float = 30.0
-) -> dict[int, tuple[Incident, ...]]:
-    """Each job's incidents (its JobRecovery's ``status`` query); a job whose query fails every attempt (a worker
-    too busy to answer) is left out and named on stderr."""
-    out: dict[int, tuple[Incident, ...]] = {}
-    sem = asyncio.Semaphore(16)
-
-    async def one(job_id: int) -> None:
-        async with sem:
-            try:
-                status = await query_job_status(client, job_workflow_id(CLUSTER, job_id), timeout_s=timeout_s)
-                out[job_id] = status.incidents
-            except Exception as e:  # noqa: BLE001 - a job we cannot read now is asked again, then reported
-                if attempts <= 1:
-                    print(f"  job {job_id}: status query failed: {type(e).__name__} {e}", file=sys.stderr)
-
-    missing = list(job_ids)
-    for _ in range(attempts):
-        await asyncio.gather(*(one(j) for j in missing))
-        missing = [j for j in missing if j not in out]
-        if not missing:
-            break
-    return out
-
-
-async def _history_events(client: Client, since: datetime, until: datetime) -> int:
-    """Events of every workflow execution of the run that fall in the window (all of Rebound's workflows)."""
-    sem = asyncio.Semaphore(16)
-    counts: list[int] = []
-
-    async def one(workflow_id: str, run_id: str) -> None:
-        async with sem:
-            n = 0
-            async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
-                t = event.event_time.ToDatetime(tzinfo=UTC)
-                n += since <= t <= until
-            counts.append(n)
-
-    tasks = [one(wf.id, wf.run_id) async for wf in client.list_workflows()]
-    await asyncio.gather(*tasks)
-    return sum(counts)
-
-
 def _parse_seconds(root: Path) -> float:
     squeue, sinfo = (root / "squeue.json").read_bytes(), (root / "sinfo.json").read_bytes()
     times = []
@@ -249,7 +191,7 @@ async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
         stack.start_agents(compress(list(cluster.nodes)), shm / "nvml", opts.ranks, opts.push_poll_s, work / "state")
         stack.start_worker(0, work / "state")
         print(f"[{jobs} jobs] stack up (temporal {stack.address}); waiting for every job's JobRecovery", flush=True)
-        await _wait_watched(client, jobs, stack, timeout_s=max(180.0, jobs * 0.5))
+        await wait_watched(client, jobs, stack, timeout_s=max(180.0, jobs * 0.5))
         await asyncio.sleep(opts.warmup_s)
         plan = plan_faults(
             list(cluster.jobs),
@@ -283,15 +225,17 @@ async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
         cores = sampler.cores()
         w1 = datetime.now(UTC)
         after = actions_from_metrics(await asyncio.to_thread(scrape, stack.metrics_url), "default")
+        waiting = await waiting_activities(client, list(cluster.jobs))
+        print(f"[{jobs} jobs] activities waiting > 10 s for a worker slot at the window's end: {dict(waiting)}")
         await asyncio.gather(*injections)
         print(f"[{jobs} jobs] window closed (load {_load()}); settling up to {opts.settle_s:.0f} s", flush=True)
-        incidents = await _settle(client, injected, opts.settle_s)
-        rest = [j for j in cluster.jobs if j not in incidents]
-        incidents.update(await _incidents(client, rest, attempts=3, timeout_s=60.0))
-        unread = [j for j in cluster.jobs if j not in incidents]
+        found = await _settle(client, injected, opts.settle_s)
+        rest = [j for j in cluster.jobs if j not in found]
+        found.update(await incidents(client, rest, attempts=3, timeout_s=60.0))
+        unread = [j for j in cluster.jobs if j not in found]
         if unread:
             print(f"[{jobs} jobs] {len(unread)} job(s) never answered their status query: {unread[:20]}", flush=True)
-        outcomes, false_count, extra = score(injected, incidents)
+        outcomes, false_count, extra = score(injected, found)
         costs = Costs(
             window_s=round((w1 - w0).total_seconds(), 1),
             worker_cpu_cores=cores["worker"],
@@ -301,7 +245,7 @@ async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
             machine_cpu_cores=cores["machine"],
             actions=sum(after.values()) - sum(before.values()),
             heartbeats=after.get(HEARTBEAT_ACTION, 0.0) - before.get(HEARTBEAT_ACTION, 0.0),
-            history_events=await _history_events(client, w0, w1),
+            history_events=await history_events(client, w0, w1),
             snapshot_parse_s=_parse_seconds(shm),
             agents_cpu_cores=cores["agents"],
             writer_cpu_cores=cores["writer"],
@@ -323,6 +267,8 @@ async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
             extra_incidents=extra,
             scheduler_commands=len(fake.commands),
             unknown_commands=tuple(cluster.unknown_commands),
+            waiting_activities=dict(waiting),
+            restarts=sum(j.restart_count for j in cluster.jobs.values()),
         )
     finally:
         if ticker is not None:
@@ -351,7 +297,7 @@ async def _settle(client: Client, faults: list[InjectedFault], settle_s: float) 
     """Poll the faulted jobs until each has an incident with its recovery action done, or ``settle_s`` passed."""
     deadline = time.monotonic() + settle_s
     while True:
-        found = await _incidents(client, [f.job_id for f in faults], attempts=2)
+        found = await incidents(client, [f.job_id for f in faults], attempts=2)
         outcomes, _, _ = score(faults, found)
         done = sum(1 for o in outcomes if o.action_s is not None)
         if done == len(faults) or time.monotonic() > deadline:

@@ -78,6 +78,10 @@ class RunResult(_Model):
     extra_incidents: int
     scheduler_commands: int = 0
     unknown_commands: tuple[str, ...] = ()
+    waiting_activities: dict[str, int] = {}
+    """Activities not started > 10 s after being scheduled, by type, at the window's end (starved of slots)."""
+    restarts: int = 0
+    """Requeued jobs' restarts the scheduler saw (a recovery that completed)."""
 
     def job_hours(self) -> float:
         return self.jobs * self.costs.window_s / 3600.0
@@ -188,6 +192,8 @@ def format_table(runs: Sequence[RunResult]) -> str:
         rows.append((f"{kind.value} detected", list(seen)))
         rows.append((f"{kind.value} detection p50/p99", [f"{_fmt(x.p50)}/{_fmt(x.p99)}" for x in lat]))
     rows.append(("extra incidents", [r.extra_incidents for r in runs]))
+    rows.append(("restarts (scheduler)", [r.restarts for r in runs]))
+    rows.append(("activities waiting a slot", [sum(r.waiting_activities.values()) for r in runs]))
     rows.append(("agents cpu cores", [r.costs.agents_cpu_cores for r in runs]))
     rows.append(("log writer cpu cores", [r.costs.writer_cpu_cores for r in runs]))
     width = max(len(name) for name, _ in rows) if rows else 0
