@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from activities.temporal.rebound_workflows import query_job_status
 from deploy.scale.stack import CLUSTER, Stack
@@ -29,7 +30,10 @@ async def wait_watched(client: Client, jobs: int, stack: Stack, timeout_s: float
     deadline = time.monotonic() + timeout_s
     while True:
         stack.check_alive()
-        count = (await client.count_workflows(query)).count
+        try:
+            count = (await client.count_workflows(query)).count
+        except RPCError:  # a server busy starting the jobs' workflows answers late: ask again
+            count = -1
         if count >= jobs:
             return
         if time.monotonic() > deadline:

@@ -225,6 +225,8 @@ async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
         cores = sampler.cores()
         w1 = datetime.now(UTC)
         after = actions_from_metrics(await asyncio.to_thread(scrape, stack.metrics_url), "default")
+        by_type = sorted(((after[k] - before.get(k, 0.0), k) for k in after), reverse=True)[:8]
+        print(f"[{jobs} jobs] actions in the window by type: " + ", ".join(f"{k} {v:.0f}" for v, k in by_type if v))
         waiting = await waiting_activities(client, list(cluster.jobs))
         print(f"[{jobs} jobs] activities waiting > 10 s for a worker slot at the window's end: {dict(waiting)}")
         await asyncio.gather(*injections)
