@@ -5,6 +5,7 @@ and the activities that wait for a worker slot."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections import Counter
@@ -25,19 +26,18 @@ __all__ = ["history_events", "incidents", "wait_watched", "waiting_activities"]
 WAITING_AFTER_S = 10.0
 
 
-async def wait_watched(client: Client, jobs: int, stack: Stack, timeout_s: float) -> None:
+async def wait_watched(client: Client, jobs: int, stack: Stack, timeout_s: float) -> int:
+    """Wait until ``jobs`` JobRecovery workflows run, or ``timeout_s``; returns how many run (fewer at a timeout:
+    the run goes on and says so, since how many jobs the code under test takes on in time is itself a result)."""
     query = f"WorkflowType='{JOB_RECOVERY_WORKFLOW}' AND ExecutionStatus='Running'"
     deadline = time.monotonic() + timeout_s
+    count = 0
     while True:
         stack.check_alive()
-        try:
+        with contextlib.suppress(RPCError):  # a server busy starting the jobs' workflows answers late: ask again
             count = (await client.count_workflows(query)).count
-        except RPCError:  # a server busy starting the jobs' workflows answers late: ask again
-            count = -1
-        if count >= jobs:
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"only {count} of {jobs} jobs got a JobRecovery within {timeout_s:.0f} s")
+        if count >= jobs or time.monotonic() > deadline:
+            return count
         await asyncio.sleep(2.0)
 
 

@@ -1,8 +1,9 @@
 """Slurm 22.05's ``squeue --json`` and ``sinfo --json`` records, field for field, for synthetic jobs and nodes.
 
 Every field Slurm 22.05.8 prints (``openapi/v0.0.38``, the shape captured on the lab in ``tests/data/slurm``) is
-present, in Slurm's order, so the benchmark's listings have the size and the parse cost of real ones (about 4 KB a
-job with an 8-GPU node's allocation, indented as Slurm prints it) and go through Rebound's real parser (``activities/slurm/parse.py``).
+present, in Slurm's order, so the benchmark's listings have the size and the parse cost of real ones (about 4 KB
+a job with an 8-GPU node's allocation, indented as Slurm prints it) and go through Rebound's real parser
+(``activities/slurm/parse.py``).
 """
 
 from __future__ import annotations

@@ -191,7 +191,12 @@ async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
         stack.start_agents(compress(list(cluster.nodes)), shm / "nvml", opts.ranks, opts.push_poll_s, work / "state")
         stack.start_worker(0, work / "state")
         print(f"[{jobs} jobs] stack up (temporal {stack.address}); waiting for every job's JobRecovery", flush=True)
-        await wait_watched(client, jobs, stack, timeout_s=max(180.0, jobs * 0.5))
+        t_up = time.monotonic()
+        recovering = await wait_watched(client, jobs, stack, timeout_s=max(180.0, jobs * 0.9))
+        print(
+            f"[{jobs} jobs] {recovering} JobRecovery workflows running after {time.monotonic() - t_up:.0f} s",
+            flush=True,
+        )
         await asyncio.sleep(opts.warmup_s)
         plan = plan_faults(
             list(cluster.jobs),
@@ -271,6 +276,7 @@ async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
             unknown_commands=tuple(cluster.unknown_commands),
             waiting_activities=dict(waiting),
             restarts=sum(j.restart_count for j in cluster.jobs.values()),
+            jobs_recovering=recovering,
         )
     finally:
         if ticker is not None:

@@ -81,6 +81,8 @@ class RunResult(_Model):
     waiting_activities: dict[str, int] = {}
     """Activities not started > 10 s after being scheduled, by type, at the window's end (starved of slots)."""
     restarts: int = 0
+    jobs_recovering: int = 0
+    """JobRecovery workflows running when the window opened (fewer than ``jobs``: discovery did not keep up)."""
     """Requeued jobs' restarts the scheduler saw (a recovery that completed)."""
 
     def job_hours(self) -> float:
@@ -193,6 +195,7 @@ def format_table(runs: Sequence[RunResult]) -> str:
         rows.append((f"{kind.value} detection p50/p99", [f"{_fmt(x.p50)}/{_fmt(x.p99)}" for x in lat]))
     rows.append(("extra incidents", [r.extra_incidents for r in runs]))
     rows.append(("restarts (scheduler)", [r.restarts for r in runs]))
+    rows.append(("jobs with a JobRecovery", [r.jobs_recovering for r in runs]))
     rows.append(("activities waiting a slot", [sum(r.waiting_activities.values()) for r in runs]))
     rows.append(("agents cpu cores", [r.costs.agents_cpu_cores for r in runs]))
     rows.append(("log writer cpu cores", [r.costs.writer_cpu_cores for r in runs]))
