@@ -36,10 +36,19 @@ def actions_from_metrics(text: str, namespace: str) -> dict[str, float]:
     return out
 
 
-def scrape(url: str, timeout_s: float = 10.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - a local http URL we built
-        body: bytes = response.read()
-    return body.decode("utf-8", "replace")
+def scrape(url: str, timeout_s: float = 60.0, attempts: int = 3) -> str:
+    """The server's ``/metrics`` page. It grows with the task queues (a node agent's each): at 1,000 jobs and
+    1,240 nodes on a loaded machine one read took longer than 10 s, so allow a minute and ask again."""
+    for attempt in range(attempts):
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - a local URL we built
+                body: bytes = response.read()
+            return body.decode("utf-8", "replace")
+        except (TimeoutError, OSError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(2.0)
+    raise AssertionError("unreachable")
 
 
 def _cpu_ticks(pid: int) -> int | None:
