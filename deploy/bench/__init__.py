@@ -1,5 +1,6 @@
 """The benchmarks that run against the local lab: ``rebound bench recovery`` (``deploy.bench.recovery``),
-``rebound bench healthy`` (``deploy.bench.healthy``) and ``rebound bench launchers`` (``deploy.bench.launchers``).
+``rebound bench healthy`` (``deploy.bench.healthy``), ``rebound bench launchers`` (``deploy.bench.launchers``) and
+``rebound bench scale`` (``deploy.scale``: a synthetic cluster, no lab).
 
 They plug into the ``rebound`` CLI through the ``rebound.cli`` entry point ``bench-lab`` (``workers.cli_plugins``),
 beside the benchmarks that need no lab (``rebound bench detection|attribution``, in ``workers.bench``). Only the
@@ -33,6 +34,12 @@ def _run_launchers(args: argparse.Namespace) -> int:
     from deploy.bench.launchers_run import run_launchers_command
 
     return run_launchers_command(args)
+
+
+def _run_scale(args: argparse.Namespace) -> int:
+    from deploy.scale.run import run_scale_command
+
+    return run_scale_command(args)
 
 
 def register(commands: Commands) -> None:
@@ -83,3 +90,23 @@ def register(commands: Commands) -> None:
         default=5,
         help="lab nodes (default 5: a 2-node job keeps its exclusions across faults, so it needs spare nodes)",
     )
+    scale = commands.benchmark(
+        "scale",
+        _run_scale,
+        help="a synthetic cluster of N jobs against the real worker, agents and Temporal: costs and latencies",
+    )
+    scale.add_argument("--jobs", default="100", help="comma-separated job counts, one run each (default 100)")
+    scale.add_argument("--ranks", type=int, default=8, help="ranks (log files, GPUs) per job (default 8)")
+    scale.add_argument("--minutes", type=float, default=10.0, help="measurement window per run (default 10)")
+    scale.add_argument(
+        "--faults", type=int, default=None, help="faults per kind (default: 100 at 5,000 jobs, one per 50 jobs, >= 5)"
+    )
+    scale.add_argument(
+        "--settle", type=float, default=180.0, help="seconds after the window for the last faults' recoveries"
+    )
+    scale.add_argument(
+        "--push-poll-s", type=float, default=0.1, help="how often each fake node looks for GPU events (agent default)"
+    )
+    scale.add_argument("--log-budget-mb", type=int, default=4096, help="most job-log bytes written to /dev/shm")
+    scale.add_argument("--keep", action="store_true", help="keep the run's process logs and Temporal database")
+    scale.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
