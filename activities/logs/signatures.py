@@ -18,6 +18,8 @@ An exit status that names SIGSEGV or SIGBUS (a row's ``by_signal``) is filed und
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Any
 
 from activities.logs.line import split_prefix
 from activities.logs.signature_fields import signal_number
@@ -100,7 +102,7 @@ def prepare(text: str) -> Prepared:
 def match(body: str) -> SignatureMatch | None:
     """The highest-priority row whose pattern is found in ``body`` (see ``prepare``), or None."""
     low = body.lower()
-    hits = [rows for hint, rows in _HINTS_OF_ROWS if hint in low]
+    hits = [_ROWS_OF_HINT[h] for h in {h for m in _ANY_HINT.finditer(low) for h in _PREFIX_HINTS[m.group(1)]}]
     if not hits and not _ALWAYS_TRIED:
         return None  # most lines: no row could match
     if _BENIGN.search(body):
@@ -122,9 +124,41 @@ def _index_hints() -> tuple[tuple[tuple[str, tuple[int, ...]], ...], tuple[int, 
     return tuple((h, tuple(v)) for h, v in rows.items()), tuple(i for i, sig in enumerate(SIGNATURES) if not sig.hints)
 
 
-# Each distinct hint is looked for once per line (about 160 substring tests, a few microseconds), whichever rows
-# share it; only the rows whose hints are present run their regex.
+def _hint_trie(hints: Sequence[str]) -> str:
+    """A regex matching, at a position, the longest of ``hints`` that starts there: a trie whose every branch tries
+    its longer continuations before ending (all hints that start at one position are prefixes of each other, so
+    they lie on one branch)."""
+    trie: dict[str, Any] = {}
+    for hint in hints:
+        node = trie
+        for ch in hint:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        alts = [re.escape(ch) + emit(sub) for ch, sub in sorted(node.items()) if ch]
+        if not alts:
+            return ""
+        if len(alts) == 1 and "" not in node:
+            return alts[0]
+        return "(?:" + "|".join(alts) + ")" + ("?" if "" in node else "")
+
+    return emit(trie)
+
+
+def _prefix_hints(hints: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """For each hint, every hint that is a prefix of it (itself included)."""
+    return {h: tuple(p for p in hints if h.startswith(p)) for h in hints}
+
+
+# The hints present in a line are found in one pass (a third less than ~185 substring tests, measured): at each
+# position the trie takes the longest hint that starts there, and every hint that is a prefix of it starts there
+# too; so the hints found are exactly those a substring test of each finds. Only the rows whose hints are present
+# run their regex.
 _HINTS_OF_ROWS, _ALWAYS_TRIED = _index_hints()
+_ROWS_OF_HINT = dict(_HINTS_OF_ROWS)
+_PREFIX_HINTS = _prefix_hints(list(_ROWS_OF_HINT))
+_ANY_HINT = re.compile("(?=(" + _hint_trie(list(_ROWS_OF_HINT)) + "))", re.DOTALL)
 
 
 def _resolve(sig: Signature, groups: dict[str, str]) -> SignatureMatch:

@@ -7,10 +7,14 @@ vocabulary, since Slurm is the first and main scheduler. Adapters in ``activitie
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
+from typing import Any, TypeVar
 
 from workflows.domain.base import Frozen
+
+_T = TypeVar("_T")
 
 
 class JobState(StrEnum):
@@ -194,8 +198,35 @@ class ClusterSnapshot(Frozen):
 
     def job(self, job_id: int) -> SlurmJob | None:
         """The job with this id, or None when the scheduler no longer (or not yet) lists it."""
-        return next((j for j in self.jobs if j.job_id == job_id), None)
+        if len(self.jobs) < _INDEX_FROM:
+            return next((j for j in self.jobs if j.job_id == job_id), None)
+        return _indexed(self.jobs, lambda j: j.job_id).get(job_id)
 
     def node(self, name: str) -> SlurmNode | None:
         """The node with this name, or None when it is not part of the cluster."""
-        return next((n for n in self.nodes if n.name == name), None)
+        if len(self.nodes) < _INDEX_FROM:
+            return next((n for n in self.nodes if n.name == name), None)
+        return _indexed(self.nodes, lambda n: n.name).get(name)
+
+
+# Lookups in a large snapshot go through an index built at its first lookup: a watch hub asks once per job per poll,
+# and a scan of 5,000 jobs each time made a poll quadratic. The index lives beside the model, not in it (a field or
+# private attribute would change the model's equality and travel in its copies), keyed by the identity of the tuple
+# it indexes (kept alive by the entry, so the id cannot be reused meanwhile). Only the last few are kept: a worker
+# reads one shared snapshot at a time. The first of equal keys wins, as the scan did.
+_INDEX_FROM = 32
+_INDEX_KEEP = 8
+_indexes: dict[int, tuple[tuple[Any, ...], dict[Any, Any]]] = {}
+
+
+def _indexed(items: tuple[_T, ...], key: Callable[[_T], object]) -> dict[Any, _T]:
+    entry = _indexes.get(id(items))
+    if entry is not None and entry[0] is items:
+        return entry[1]
+    index: dict[Any, _T] = {}
+    for item in items:
+        index.setdefault(key(item), item)
+    while len(_indexes) >= _INDEX_KEEP:
+        _indexes.pop(next(iter(_indexes)), None)  # the oldest (threads racing here at worst rebuild one)
+    _indexes[id(items)] = (items, index)
+    return index

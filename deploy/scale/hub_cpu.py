@@ -1,4 +1,4 @@
-"""What one watch hub poll costs per job, without Temporal: ``python -m workers.bench.hub_cpu --jobs 1000,5000``.
+"""What one watch hub poll costs per job, without Temporal: ``python -m deploy.scale.hub_cpu --jobs 1000,5000``.
 
 N synthetic jobs, each with R rank log files on tmpfs (``/dev/shm``), in S ``ShardHub`` s (the real hub, the real
 ``JobWatcher``), polled the way ``watch_shard``'s loop polls them with the ``local`` scheduler feed: one shared
@@ -125,7 +125,7 @@ def measure(jobs: int, *, ranks: int, shards: int, polls: int, interval: float, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.bench.hub_cpu", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m deploy.scale.hub_cpu", description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", default="1000,5000", help="comma-separated job counts")
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--shards", type=int, default=32)
