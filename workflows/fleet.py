@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         NodeLifecycle,
         NodeRecord,
     )
+    from workflows.domain.fleet_view import FleetView
     from workflows.domain.gpu import NodeHealthCheckInput, NodeHealthCheckResult
     from workflows.domain.incident import ActionRung
     from workflows.domain.loop import DrainInput
@@ -70,6 +71,9 @@ with workflow.unsafe.imports_passed_through():
 FLEET_SUSPICIONS_PATCH = "fleet-suspicions"
 #: A node-level GPU fault on a suspected node escalates the suspicion to a drain request (no history before had one).
 FLEET_LATE_GPU_FAULT_PATCH = "fleet-late-gpu-fault"
+#: The Fleet reads ``fleet_view`` (the nodes it names, counts for the rest) instead of the whole snapshot, which
+#: passes Temporal's 2 MB payload limit past about 3,000 jobs. Histories from before read ``fleet_cluster_view``.
+FLEET_COMPACT_VIEW_PATCH = "12-fleet-compact-view"
 
 #: Wake up at least this often to expire approvals and run health checks.
 _MAX_SLEEP_S = 60.0
@@ -204,7 +208,7 @@ class FleetWorkflow:
         if not workflow.patched(FLEET_SUSPICIONS_PATCH):
             # Recorded before suspicions existed: every request was a drain request.
             req = req.model_copy(update={"rung": ActionRung.DRAIN})
-        view = await self._view()
+        view = await self._view(req)
         now = workflow.now()
         self._state = policy.sync_with_view(self._state, view, now)
         self._state = policy.clear_stale_suspects(self._state, self._policy, now)
@@ -253,7 +257,7 @@ class FleetWorkflow:
         self._state = policy.remember_decision(self._state, decision)
         await self._reply(req, decision)
 
-    async def _drain(self, node: str, req: IsolationRequest, view: ClusterSnapshot) -> bool:
+    async def _drain(self, node: str, req: IsolationRequest, view: FleetView | ClusterSnapshot) -> bool:
         """Drain one node for ``req`` (recorded first, verified by a fresh read); False if someone else holds it."""
         reason = drain_reason(req.incident, req.cause)
         key = f"{workflow.info().workflow_id}/{req.request_id}/drain-{node}"
@@ -292,7 +296,7 @@ class FleetWorkflow:
             if approval.kind is ApprovalKind.RESTART:
                 await self._answer_restart(approval.request, approval)
             elif approval.applied is ApprovalOutcome.APPROVED:
-                view = await self._view()
+                view = await self._view(approval.request, approval.nodes)
                 drained = [node for node in approval.nodes if await self._drain(node, approval.request, view)]
                 earlier = policy.find_decision(self._state, approval.request.request_id)
                 if earlier is not None and drained:
@@ -375,7 +379,19 @@ class FleetWorkflow:
     def _woken(self, seen: int) -> Callable[[], bool]:
         return lambda: bool(self._queue) or bool(self._faults) or self._answered != seen
 
-    async def _view(self) -> ClusterSnapshot:
+    async def _view(
+        self, req: IsolationRequest | None = None, nodes: tuple[str, ...] = ()
+    ) -> FleetView | ClusterSnapshot:
+        """A fresh read of what a decision about ``req`` (or the recorded nodes, and ``nodes``) needs."""
+        if workflow.patched(FLEET_COMPACT_VIEW_PATCH):
+            compact: FleetView = await workflow.execute_activity_method(
+                FleetActivities.view,
+                policy.view_input(self._state, req, nodes),
+                summary="Read the nodes this decision names (fresh)",
+                **SCHEDULER_READ,
+            )
+            self._cluster_nodes = compact.node_count
+            return compact
         view: ClusterSnapshot = await workflow.execute_activity_method(
             FleetActivities.cluster_view, summary="Read every node and job (fresh)", **SCHEDULER_READ
         )
