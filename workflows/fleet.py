@@ -61,7 +61,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.domain.gpu import NodeHealthCheckInput, NodeHealthCheckResult
     from workflows.domain.incident import ActionRung
     from workflows.domain.loop import DrainInput
-    from workflows.domain.notify import Notification, NotificationKind, NotifyField, Severity
     from workflows.domain.slurm import ClusterSnapshot
     from workflows.notify import notify
     from workflows.options import CLUSTER_ACTION, NODE_AGENT_QUICK_READ, SCHEDULER_READ
@@ -423,21 +422,8 @@ class FleetWorkflow:
 
     async def _announce(self, approval: Approval) -> None:
         """Tell people an action waits for them (never blocks: ``workflows.notify``)."""
-        what = ", ".join(approval.nodes) or f"restart of job {approval.request.job_id}"
-        await notify(
-            Notification(
-                kind=NotificationKind.APPROVAL_NEEDED,
-                job_id=approval.request.job_id,
-                cluster=self._inp.cluster,
-                title=f"Approval {approval.id}: {approval.kind.value} {what}"[:300],
-                text="; ".join(approval.reasons)[:1500]
-                + f"\n`rebound approve {approval.id}` or `rebound reject {approval.id}` before "
-                f"{approval.deadline:%H:%M:%S} UTC (then: {self._policy.approval_default.value})",
-                severity=Severity.WARNING,
-                fields=(NotifyField(key="cause", value=approval.request.cause),),
-                idempotency_key=f"{workflow.info().workflow_id}/approval/{approval.id}",
-            )
-        )
+        fleet_id = workflow.info().workflow_id
+        await notify(policy.approval_notification(approval, self._inp.cluster, self._policy, fleet_id))
 
     def _publish_pending(self) -> None:
         """Pending approval ids in the UI's search attribute (``ReboundPendingApproval = "a-3"``; unset when none)."""

@@ -39,6 +39,7 @@ from __future__ import annotations
 from workflows.policy.fleet.approvals import (
     MAX_DECIDED_APPROVALS,
     answer_approval,
+    approval_notification,
     expire_approvals,
     open_approval,
     validate_answer,
@@ -74,6 +75,7 @@ __all__ = [
     "after_drain",
     "after_health_check",
     "answer_approval",
+    "approval_notification",
     "breaker_status",
     "clear_stale_suspects",
     "decide_isolation",
