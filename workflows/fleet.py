@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.domain.incident import ActionRung
     from workflows.domain.loop import DrainInput
     from workflows.domain.slurm import ClusterSnapshot
+    from workflows.history import continue_as_new_due
     from workflows.notify import notify
     from workflows.options import CLUSTER_ACTION, NODE_AGENT_QUICK_READ, SCHEDULER_READ
 
@@ -73,6 +74,8 @@ FLEET_LATE_GPU_FAULT_PATCH = "fleet-late-gpu-fault"
 #: The Fleet reads ``fleet_view`` (the nodes it names, counts for the rest) instead of the whole snapshot, which
 #: passes Temporal's 2 MB payload limit past about 3,000 jobs. Histories from before read ``fleet_cluster_view``.
 FLEET_COMPACT_VIEW_PATCH = "12-fleet-compact-view"
+#: Continue as new once the history passes Rebound's own bound, not only when the server suggests it.
+FLEET_HISTORY_BOUND_PATCH = "12-fleet-history-bound"
 
 #: Wake up at least this often to expire approvals and run health checks.
 _MAX_SLEEP_S = 60.0
@@ -181,7 +184,7 @@ class FleetWorkflow:
                 await self._late_fault(self._faults.pop(0))
             await self._health_checks()
             self._publish_pending()
-            if workflow.info().is_continue_as_new_suggested() and not self._queue and not self._faults:
+            if not self._queue and not self._faults and continue_as_new_due(FLEET_HISTORY_BOUND_PATCH):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._inp.model_copy(update={"carried": self._state}))
 

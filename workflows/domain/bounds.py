@@ -19,7 +19,10 @@ __all__ = [
     "MAX_TRACKED_RANKS",
     "PROGRESS_RING",
     "PROGRESS_STATE_MAX_BYTES",
+    "HISTORY_MAX_BYTES",
+    "HISTORY_MAX_EVENTS",
     "RANKS_NOTE",
+    "history_full",
 ]
 
 # ----- reading a job's logs (activities/logs/tail.py, globbing.py) ---------------------------------------------
@@ -56,3 +59,16 @@ RANKS_NOTE = (
     "stragglers and hang culprits are not assessed"
 )
 """The timeline's note when a job's lines name more ranks than ``MAX_TRACKED_RANKS``."""
+
+# ----- workflow histories (workflows/history.py) -------------------------------------------------------------------
+HISTORY_MAX_EVENTS = 5_000
+"""JobRecovery, Fleet and ClusterWatch continue as new once their history has this many events, whether or not the
+server suggested it: servers before 1.20 never suggest, and one discovery round or a long incident can add
+thousands of events between two looks. Temporal warns at 10,240 events and ends a workflow at 51,200."""
+HISTORY_MAX_BYTES = 5 * 1024 * 1024
+"""The same for the history's size (Temporal warns at 10 MB and ends a workflow at 50 MB)."""
+
+
+def history_full(events: int, size_bytes: int) -> bool:
+    """True when a history this long or this large should continue as new (``HISTORY_MAX_*``)."""
+    return events >= HISTORY_MAX_EVENTS or size_bytes >= HISTORY_MAX_BYTES
