@@ -12,8 +12,9 @@
   5 ms timer beside the polls fired late (wall clock: on a busy machine it includes other processes' turns);
 * each size twice: ``offload`` false parses on the event loop (as before ``activities.slurm.parse_offload``),
   true in child processes;
-* ``fleet_view_bytes``: the payload the Fleet's view activity returns into the Fleet's history for one isolation
-  request (Temporal refuses payloads over 2 MB).
+* ``snapshot_payload_bytes``: the whole snapshot as a Temporal payload (what ``fleet_cluster_view`` returned into
+  the Fleet's history); ``fleet_view_bytes``: what ``fleet_view`` returns for one isolation request naming 8 nodes,
+  with 200 nodes in the Fleet's records (Temporal refuses payloads over 2 MB);
 
 Nothing here needs Slurm or Temporal; the figures are in ``docs/benchmarks/scale-costs.md``.
 """
@@ -31,11 +32,15 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from temporalio.contrib.pydantic import pydantic_data_converter
+
 from activities.slurm.cli import SlurmCliScheduler
 from activities.slurm.parse_offload import ParseOffload
 from activities.slurm.snapshots import SnapshotCache
 from workers.bench.synthetic_slurm import node_name, sinfo_document, squeue_document
+from workflows.domain.fleet import FleetState, IsolationRequest, NodeRecord
 from workflows.domain.slurm import ClusterSnapshot
+from workflows.policy.fleet import build_fleet_view, view_input
 
 __all__ = ["LoopLag", "generated_scheduler", "measure", "measure_loop_lag"]
 
@@ -52,7 +57,7 @@ def generated_scheduler(jobs: int, directory: Path, *, offload: bool = True) -> 
         script.write_text(f"#!/bin/sh\nexec cat {shlex.quote(str(data))}\n")
         script.chmod(0o755)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    return SlurmCliScheduler(env=env, bin_dir=directory, parser=ParseOffload(enabled=offload))
+    return SlurmCliScheduler(env=env, bin_dir=directory, timeout_s=120.0, parser=ParseOffload(enabled=offload))
 
 
 class LoopLag:
@@ -89,6 +94,26 @@ async def measure_loop_lag(work: Callable[[], Awaitable[object]], *, tick_s: flo
     return lag
 
 
+def _fleet_payloads(snap: ClusterSnapshot) -> tuple[int, int]:
+    """(bytes of the whole snapshot as a payload, bytes of the Fleet's view for one request) (module docstring)."""
+    names = [n.name for n in snap.nodes]
+    records = {name: NodeRecord(node=name, since=snap.observed_at) for name in names[:: max(1, len(names) // 200)]}
+    req = IsolationRequest(
+        request_id="rebound/bench/job/1/incident-1",
+        reply_to="rebound/bench/job/1",
+        job_id=1,
+        partition="gpu",
+        incident="1-1",
+        cause="rank-killed",
+        nodes=tuple(names[:8]),
+        requested_at=snap.observed_at,
+        node_count=1,
+    )
+    view = build_fleet_view(snap, view_input(FleetState(cluster="bench", nodes=records), req))
+    convert = pydantic_data_converter.payload_converter.to_payloads
+    return convert([snap])[0].ByteSize(), convert([view])[0].ByteSize()
+
+
 def _scan_us(snap: ClusterSnapshot, rounds: int = 50) -> float:
     """µs of a ``job()`` + ``node()`` pair as a scan of the tuples (the lookup before the index)."""
     ids = [snap.jobs[(i * 7919) % len(snap.jobs)].job_id for i in range(rounds)]
@@ -120,6 +145,7 @@ async def _measure_one(jobs: int, directory: Path, *, offload: bool) -> dict[str
     snap = await cache.get()  # the first poll also starts the parse processes
     polls = [await measure_loop_lag(cache.get) for _ in range(3)]
     first_ms, lookup_us = _lookups(snap)
+    snapshot_bytes, view_bytes = _fleet_payloads(snap)
     return {
         "jobs": jobs,
         "nodes": len(snap.nodes),
@@ -133,6 +159,8 @@ async def _measure_one(jobs: int, directory: Path, *, offload: bool) -> dict[str
         "scan_lookup_us": round(_scan_us(snap), 1),
         "first_lookup_ms": round(first_ms, 2),
         "lookup_us": round(lookup_us, 2),
+        "snapshot_payload_bytes": snapshot_bytes,
+        "fleet_view_bytes": view_bytes,
     }
 
 
