@@ -28,7 +28,6 @@ from typing import IO
 
 from activities.slurm.errors import errno_from_text, kind_from_text
 from activities.slurm.guarded import GuardedActions, SlurmCallError
-from activities.slurm.parse import load_payload, parse_submission
 from activities.slurm.parse_offload import ParseOffload
 from activities.slurm.port import JobSubmission, gather_snapshot
 from activities.slurm.submission import parse_saved_environment
@@ -143,16 +142,11 @@ class SlurmCliScheduler(GuardedActions):
             ReboundError: ``JOB_NOT_FOUND``; ``SCHEDULER_REJECTED`` when Slurm has no script for it; transport,
                 configuration or parse failures.
         """
-        payload = await self._read_json(*_SQUEUE)
-        jobs = payload.get("jobs")
-        record = (
-            next((j for j in jobs if isinstance(j, dict) and j.get("job_id") == job_id), None)
-            if isinstance(jobs, list)
-            else None
-        )
-        if record is None:
+        with self._parser.output_file() as out:
+            await self._read_output(*_SQUEUE, stdout=out)
+            submitted = await self._parser.submission_file(out.name, job_id, source="squeue --json")
+        if submitted is None:
             raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {job_id} is not known to the scheduler")
-        submitted = parse_submission(record, source="squeue --json")
         result = await self.run("scontrol", "write", "batch_script", str(job_id), "-")
         if result.returncode != 0 or not result.stdout:
             text = result.stderr.strip() or f"exited {result.returncode} with no script"
@@ -262,9 +256,6 @@ class SlurmCliScheduler(GuardedActions):
             _kill(proc)  # cancelled: never leave the command running behind a dead activity
             raise
         return CommandResult(argv, proc.returncode or 0, out or b"", stderr.decode("utf-8", "replace"))
-
-    async def _read_json(self, tool: str, *args: str) -> dict[str, object]:
-        return load_payload(await self._read_output(tool, *args), source=" ".join((tool, *args)))
 
     async def _read_output(self, tool: str, *args: str, stdout: IO[bytes] | None = None) -> bytes:
         """The command's stdout once it exited 0 (empty when it went to ``stdout``).

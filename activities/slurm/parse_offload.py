@@ -23,14 +23,15 @@ import os
 import pickle
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import IO, TypeVar
 
-from activities.slurm.parse import load_payload, parse_jobs, parse_nodes
+from activities.slurm.parse import load_payload, parse_jobs, parse_nodes, parse_submission
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.slurm import SlurmJob, SlurmNode
+from workflows.domain.submission import SubmittedJob
 
 __all__ = ["DEFAULT_CHUNK", "DEFAULT_MIN_BYTES", "ParseOffload"]
 
@@ -44,7 +45,7 @@ DEFAULT_CHUNK = 250
 #: module without an ``if __name__ == "__main__"`` guard under spawn, would otherwise cost a start per poll).
 _MAX_BROKEN = 3
 
-_T = TypeVar("_T", SlurmJob, SlurmNode)
+_T = TypeVar("_T", SlurmJob, SlurmNode, SubmittedJob)
 #: What the child sends back: pickled chunks, or the parser's classified error as (kind, message).
 _Outcome = tuple[list[bytes], None] | tuple[None, tuple[str, str]]
 
@@ -55,6 +56,24 @@ def _jobs_in_child(path: str, source: str, chunk: int) -> _Outcome:
 
 def _nodes_in_child(path: str, source: str, chunk: int) -> _Outcome:
     return _chunked(lambda: parse_nodes(load_payload(_read(path), source=source), source=source), chunk)
+
+
+def _submission_in_child(path: str, source: str, job_id: int) -> _Outcome:
+    def find() -> Sequence[object]:
+        found = _submission_of(load_payload(_read(path), source=source), job_id, source)
+        return () if found is None else (found,)
+
+    return _chunked(find, 1)
+
+
+def _submission_of(payload: Mapping[str, object], job_id: int, source: str) -> SubmittedJob | None:
+    jobs = payload.get("jobs")
+    record = (
+        next((j for j in jobs if isinstance(j, dict) and j.get("job_id") == job_id), None)
+        if isinstance(jobs, list)
+        else None
+    )
+    return None if record is None else parse_submission(record, source=source)
 
 
 def _read(path: str) -> bytes:
@@ -123,7 +142,7 @@ class ParseOffload:
             ReboundError: As the parser raises it.
         """
         if self._offloads(os.stat(path).st_size):
-            outcome = await self._run(_jobs_in_child, path, source)
+            outcome = await self._run(_jobs_in_child, path, source, self.chunk)
             if outcome is not None:
                 return await self._unpack(outcome, SlurmJob)
         return parse_jobs(load_payload(await asyncio.to_thread(_read, path), source=source), source=source)
@@ -135,10 +154,24 @@ class ParseOffload:
             ReboundError: As the parser raises it.
         """
         if self._offloads(os.stat(path).st_size):
-            outcome = await self._run(_nodes_in_child, path, source)
+            outcome = await self._run(_nodes_in_child, path, source, self.chunk)
             if outcome is not None:
                 return await self._unpack(outcome, SlurmNode)
         return parse_nodes(load_payload(await asyncio.to_thread(_read, path), source=source), source=source)
+
+    async def submission_file(self, path: str, job_id: int, *, source: str) -> SubmittedJob | None:
+        """The submission options of job ``job_id`` in a ``squeue --json`` file (``parse.parse_submission``); None
+        when the file does not list it.
+
+        Raises:
+            ReboundError: As the parser raises it.
+        """
+        if self._offloads(os.stat(path).st_size):
+            outcome = await self._run(_submission_in_child, path, source, job_id)
+            if outcome is not None:
+                found = await self._unpack(outcome, SubmittedJob)
+                return found[0] if found else None
+        return _submission_of(load_payload(await asyncio.to_thread(_read, path), source=source), job_id, source)
 
     async def jobs(self, raw: bytes, *, source: str) -> tuple[SlurmJob, ...]:
         """``jobs_file`` for a document already in memory (slurmrestd's answer).
@@ -174,11 +207,13 @@ class ParseOffload:
     def _offloads(self, size: int) -> bool:
         return self.enabled and size >= self.min_bytes
 
-    async def _run(self, work: Callable[[str, str, int], _Outcome], path: str, source: str) -> _Outcome | None:
+    async def _run(
+        self, work: Callable[[str, str, int], _Outcome], path: str, source: str, arg: int
+    ) -> _Outcome | None:
         """The child's outcome; None when the pool broke (the caller parses in-process this once)."""
         pool = self._ensure_pool()
         try:
-            outcome = await asyncio.get_running_loop().run_in_executor(pool, work, path, source, self.chunk)
+            outcome = await asyncio.get_running_loop().run_in_executor(pool, work, path, source, arg)
         except BrokenProcessPool as e:
             with self._lock:
                 if self._pool is pool:

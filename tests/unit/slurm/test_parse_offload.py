@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.slurm.parse import load_payload, parse_jobs, parse_nodes
+from activities.slurm.parse import load_payload, parse_jobs, parse_nodes, parse_submission
 from activities.slurm.parse_offload import ParseOffload
 from activities.slurm.snapshots import SnapshotCache
 from tests.unit.slurm.golden import read as golden_bytes
@@ -62,6 +62,18 @@ async def test_a_dead_child_costs_an_in_process_parse_never_the_read(offload: Pa
     assert offload.offloaded == 1
 
 
+async def test_a_child_finds_one_jobs_submission(offload: ParseOffload, tmp_path: Path) -> None:
+    path = tmp_path / "squeue.json"
+    path.write_bytes(squeue_document(30))
+    found = await offload.submission_file(str(path), 1007, source="squeue --json")
+    payload = load_payload(path.read_bytes(), source="s")
+    jobs = payload["jobs"]
+    assert isinstance(jobs, list)
+    assert found == parse_submission(jobs[7], source="squeue --json")
+    assert await offload.submission_file(str(path), 99, source="squeue --json") is None
+    assert offload.offloaded == 2
+
+
 def test_output_files_are_private_and_deleted(offload: ParseOffload) -> None:
     with offload.output_file() as f:
         path = Path(f.name)
@@ -78,6 +90,7 @@ async def test_the_cli_adapter_parses_in_a_child_and_frees_the_loop(tmp_path: Pa
     after = SnapshotCache(offloaded, max_age_s=0)
     got, expected = await after.get(), await before.get()
     assert (got.jobs, got.nodes) == (expected.jobs, expected.nodes)
-    lag_before = await measure_loop_lag(before.get)
-    lag_after = await measure_loop_lag(after.get)
-    assert lag_after.loop_cpu_s < lag_before.loop_cpu_s / 2
+    # The least of 3 polls each: a garbage collection (either way) or a busy machine does not decide.
+    cpu_before = min([(await measure_loop_lag(before.get)).loop_cpu_s for _ in range(3)])
+    cpu_after = min([(await measure_loop_lag(after.get)).loop_cpu_s for _ in range(3)])
+    assert cpu_after < cpu_before / 2, (cpu_after, cpu_before)
