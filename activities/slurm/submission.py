@@ -47,6 +47,23 @@ def token_in(comment: str) -> str | None:
     return m.group(1) if m else None
 
 
+#: ``SubmissionOptions`` fields passed to sbatch as ``flag=value`` when set (not empty, not zero); the options that
+#: depend on other fields (tasks per node, memory) are decided in ``sbatch_arguments``.
+_PLAIN_OPTIONS: tuple[tuple[str, str], ...] = (
+    ("--job-name", "name"),
+    ("--partition", "partition"),
+    ("--nodes", "nodes"),
+    ("--ntasks", "ntasks"),
+    ("--cpus-per-task", "cpus_per_task"),
+    ("--gres", "gres"),
+    ("--time", "time_limit_min"),
+    ("--output", "output"),
+    ("--error", "error"),
+    ("--account", "account"),
+    ("--qos", "qos"),
+)
+
+
 def sbatch_arguments(
     options: SubmissionOptions,
     *,
@@ -70,35 +87,15 @@ def sbatch_arguments(
         "--export=ALL",
         f"--comment={comment_with_token(options.comment, token)}",
     ]
-    if options.name:
-        args.append(f"--job-name={options.name}")
-    if options.partition:
-        args.append(f"--partition={options.partition}")
-    if options.nodes:
-        args.append(f"--nodes={options.nodes}")
-    if options.ntasks:
-        args.append(f"--ntasks={options.ntasks}")
+    args += [f"{flag}={getattr(options, field)}" for flag, field in _PLAIN_OPTIONS if getattr(options, field)]
     # Slurm reports a derived tasks-per-node too: pass it only when it agrees with the task and node counts.
     if options.ntasks_per_node and (not options.ntasks or options.ntasks == options.ntasks_per_node * options.nodes):
         args.append(f"--ntasks-per-node={options.ntasks_per_node}")
-    if options.cpus_per_task:
-        args.append(f"--cpus-per-task={options.cpus_per_task}")
-    if options.gres:
-        args.append(f"--gres={options.gres}")
-    if options.time_limit_min:
-        args.append(f"--time={options.time_limit_min}")
+    # One memory request: per node wins over per CPU (Slurm rejects both at once).
     if options.mem_per_node_mb:
         args.append(f"--mem={options.mem_per_node_mb}M")
     elif options.mem_per_cpu_mb:
         args.append(f"--mem-per-cpu={options.mem_per_cpu_mb}M")
-    if options.output:
-        args.append(f"--output={options.output}")
-    if options.error:
-        args.append(f"--error={options.error}")
-    if options.account:
-        args.append(f"--account={options.account}")
-    if options.qos:
-        args.append(f"--qos={options.qos}")
     excluded = sorted({*options.excluded_nodes, *exclude})
     if excluded:
         args.append(f"--exclude={compress(excluded)}")
