@@ -6,10 +6,12 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from activities.slurm.parse import load_payload, parse_jobs, parse_nodes, parse_submission
 from activities.slurm.parse_offload import ParseOffload
+from activities.slurm.rest import SlurmRestScheduler
 from activities.slurm.snapshots import SnapshotCache
 from tests.unit.slurm.golden import read as golden_bytes
 from workers.bench.costs import generated_scheduler, measure_loop_lag
@@ -94,3 +96,16 @@ async def test_the_cli_adapter_parses_in_a_child_and_frees_the_loop(tmp_path: Pa
     cpu_before = min([(await measure_loop_lag(before.get)).loop_cpu_s for _ in range(3)])
     cpu_after = min([(await measure_loop_lag(after.get)).loop_cpu_s for _ in range(3)])
     assert cpu_after < cpu_before / 2, (cpu_after, cpu_before)
+
+
+async def test_the_rest_adapter_parses_a_large_answer_in_a_child(offload: ParseOffload) -> None:
+    documents = {"/slurm/v0.0.38/jobs": squeue_document(40, indent=None), "/slurm/v0.0.38/nodes": sinfo_document(30)}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=documents[request.url.path], headers={"content-type": "application/json"})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="http://slurmrestd") as client:
+        snapshot = await SlurmRestScheduler(client, parser=offload).snapshot()
+    assert snapshot.jobs == parse_jobs(load_payload(documents["/slurm/v0.0.38/jobs"], source="s"))
+    assert snapshot.nodes == parse_nodes(load_payload(documents["/slurm/v0.0.38/nodes"], source="s"))
+    assert offload.offloaded == 2
