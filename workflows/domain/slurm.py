@@ -7,10 +7,15 @@ vocabulary, since Slurm is the first and main scheduler. Adapters in ``activitie
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from enum import StrEnum
+from typing import TypeVar, cast
 
 from workflows.domain.base import Frozen
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 class JobState(StrEnum):
@@ -193,9 +198,24 @@ class ClusterSnapshot(Frozen):
     nodes: tuple[SlurmNode, ...] = ()
 
     def job(self, job_id: int) -> SlurmJob | None:
-        """The job with this id, or None when the scheduler no longer (or not yet) lists it."""
-        return next((j for j in self.jobs if j.job_id == job_id), None)
+        """The job with this id, or None when the scheduler no longer (or not yet) lists it. O(1) after the first
+        lookup: every watched job looks itself up in the same snapshot each poll."""
+        return _indexed(self, "_jobs_by_id", self.jobs, lambda j: j.job_id).get(job_id)
 
     def node(self, name: str) -> SlurmNode | None:
-        """The node with this name, or None when it is not part of the cluster."""
-        return next((n for n in self.nodes if n.name == name), None)
+        """The node with this name, or None when it is not part of the cluster (O(1) after the first lookup)."""
+        return _indexed(self, "_nodes_by_name", self.nodes, lambda n: n.name).get(name)
+
+
+def _indexed(owner: Frozen, slot: str, items: tuple[_V, ...], key: Callable[[_V], _K]) -> Mapping[_K, _V]:
+    """``items`` by ``key`` (the first of duplicates, as a scan finds it), built once per tuple and kept beside the
+    model's fields like a ``cached_property``: never serialised nor compared. The cache remembers which tuple it
+    indexes, so a ``model_copy(update=...)`` that replaces the tuple gets a new index, not the copied stale one."""
+    cached = owner.__dict__.get(slot)
+    if cached is not None and cached[0] is items:
+        return cast("Mapping[_K, _V]", cached[1])
+    index: dict[_K, _V] = {}
+    for item in items:
+        index.setdefault(key(item), item)
+    owner.__dict__[slot] = (items, index)
+    return index
