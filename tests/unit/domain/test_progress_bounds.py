@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
+from activities.logs.job_watcher import progress_samples
 from activities.logs.line import LogLine, decode_line
-from activities.logs.watch import progress_samples
 from workflows.domain.bounds import MAX_TRACKED_RANKS, PROGRESS_STATE_MAX_BYTES
 from workflows.domain.hang import HangPolicy
 from workflows.domain.progress import ProgressState, observe
