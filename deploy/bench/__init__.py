@@ -1,5 +1,6 @@
 """The benchmarks that run against the local lab: ``rebound bench recovery`` (``deploy.bench.recovery``),
-``rebound bench healthy`` (``deploy.bench.healthy``) and ``rebound bench launchers`` (``deploy.bench.launchers``).
+``rebound bench healthy`` (``deploy.bench.healthy``), ``rebound bench launchers`` (``deploy.bench.launchers``) and
+``rebound bench slurm-scale`` (``deploy.bench.slurm_scale``, on a lab of its own).
 
 They plug into the ``rebound`` CLI through the ``rebound.cli`` entry point ``bench-lab`` (``workers.cli_plugins``),
 beside the benchmarks that need no lab (``rebound bench detection|attribution``, in ``workers.bench``). Only the
@@ -33,6 +34,12 @@ def _run_launchers(args: argparse.Namespace) -> int:
     from deploy.bench.launchers_run import run_launchers_command
 
     return run_launchers_command(args)
+
+
+def _run_slurm_scale(args: argparse.Namespace) -> int:
+    from deploy.bench.scale_report import run_slurm_scale_command
+
+    return run_slurm_scale_command(args)
 
 
 def register(commands: Commands) -> None:
@@ -83,3 +90,19 @@ def register(commands: Commands) -> None:
         default=5,
         help="lab nodes (default 5: a 2-node job keeps its exclusions across faults, so it needs spare nodes)",
     )
+    scale = commands.benchmark(
+        "slurm-scale",
+        _run_slurm_scale,
+        help="real Slurm at size: a lab of N slurmd runs M small opted-in jobs; squeue/sinfo --json cost, watches, "
+        "detection of killed jobs and an XID",
+    )
+    scale.add_argument("--nodes", type=int, default=64, help="slurmd daemons (default 64, the most the lab runs)")
+    scale.add_argument("--jobs", type=int, default=1000, help="small opted-in jobs, one CPU each (default 1000)")
+    scale.add_argument("--samples", type=int, default=5, help="runs of each of squeue/sinfo --json (default 5)")
+    scale.add_argument("--kills", type=int, default=3, help="jobs killed among the watched, and again among the rest")
+    scale.add_argument("--xid-nodes", type=int, default=1, help="nodes whose fake GPU raises XID 79 (default 1)")
+    scale.add_argument("--window", type=float, default=60.0, help="seconds over which CPU is averaged (default 60)")
+    scale.add_argument("--settle", type=float, default=30.0, help="seconds the watches get before they are counted")
+    scale.add_argument("--timeout", type=float, default=120.0, help="seconds each fault round waits for Rebound")
+    scale.add_argument("--keep-state", action="store_true", help="keep the scale lab's state directory afterwards")
+    scale.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")

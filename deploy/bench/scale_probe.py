@@ -1,0 +1,200 @@
+"""What ``rebound bench slurm-scale`` measures on the real lab (I/O): the scheduler's JSON reads, the processes'
+CPU and memory, and which monitored jobs hold a running watch.
+
+Every figure comes from the real thing: ``squeue --json`` / ``sinfo --json`` run as subprocesses (wall time, the
+child's own CPU time from ``wait4``, bytes printed) and parsed by Rebound's own parser (``activities.slurm.parse``);
+CPU and RSS from ``/proc``; watches from Temporal's description of each JobRecovery workflow (its pending
+activities and their state).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from workflows.domain.base import Frozen
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+__all__ = [
+    "CommandCost",
+    "CpuWindow",
+    "WatchCensus",
+    "census_of",
+    "cpu_ticks",
+    "machine_ticks",
+    "measure_json_read",
+    "rss_mb",
+    "watch_census",
+]
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+class CommandCost(Frozen):
+    """One run of a scheduler read: what it cost the machine and what Rebound then spent parsing it."""
+
+    command: str
+    wall_s: float
+    cpu_s: float
+    """The command's own user + system CPU (``wait4``), not counting slurmctld's side of the RPC."""
+    bytes: int
+    parse_s: float
+    """Rebound's parser (``parse_jobs`` / ``parse_nodes``) on the output, in this process."""
+    items: int
+    """Jobs or nodes parsed."""
+
+
+def measure_json_read(argv: Sequence[str], env: Mapping[str, str], *, timeout_s: float = 60.0) -> CommandCost:
+    """Run ``squeue --json`` or ``sinfo --json`` once and parse its output as the worker does.
+
+    Raises:
+        RuntimeError: the command failed or ran past ``timeout_s``.
+    """
+    import resource
+
+    from activities.slurm.parse import load_payload, parse_jobs, parse_nodes
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    try:
+        done = subprocess.run(list(argv), env=dict(env), capture_output=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{' '.join(argv)} ran past {timeout_s:.0f} s") from None
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the child is reaped: its CPU is what this grew by
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode(errors='replace')[:300]}")
+    parse_started = time.perf_counter()
+    payload = load_payload(done.stdout, source=argv[0])
+    items = len(parse_jobs(payload) if Path(argv[0]).name == "squeue" else parse_nodes(payload))
+    parse_s = time.perf_counter() - parse_started
+    return CommandCost(
+        command=" ".join(Path(argv[0]).name if i == 0 else a for i, a in enumerate(argv)),
+        wall_s=wall,
+        cpu_s=(after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        bytes=len(done.stdout),
+        parse_s=parse_s,
+        items=items,
+    )
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """User + system CPU ticks of a process so far (``/proc/<pid>/stat``), None once it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine since boot (``/proc/stat``'s first line)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident memory of a process in MB (``VmRSS``), None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+@dataclass
+class CpuWindow:
+    """CPU used by named processes and by the whole machine between ``start()`` and ``stop()``."""
+
+    pids: dict[str, int]
+    _ticks: dict[str, int | None] | None = None
+    _machine: tuple[int, int] | None = None
+    _t0: float = 0.0
+
+    def start(self) -> None:
+        self._ticks = {name: cpu_ticks(pid) for name, pid in self.pids.items()}
+        self._machine = machine_ticks()
+        self._t0 = time.monotonic()
+
+    def stop(self) -> dict[str, float | None]:
+        """Cores used on average over the window, per process and ``machine`` (all processes, all helpers)."""
+        assert self._ticks is not None and self._machine is not None, "start() first"
+        elapsed = time.monotonic() - self._t0
+        cores: dict[str, float | None] = {}
+        for name, pid in self.pids.items():
+            before, after = self._ticks[name], cpu_ticks(pid)
+            cores[name] = None if before is None or after is None else (after - before) * _TICK_S / elapsed
+        busy, total = machine_ticks()
+        ncpu = os.cpu_count() or 1
+        cores["machine"] = (busy - self._machine[0]) / max(1, total - self._machine[1]) * ncpu
+        cores["window_s"] = elapsed
+        return cores
+
+
+class WatchCensus(Frozen):
+    """Which monitored jobs' watches run, from Temporal's description of every JobRecovery workflow."""
+
+    workflows: int
+    """JobRecovery workflows described."""
+    watching: tuple[int, ...]
+    """Jobs whose ``job_watch`` activity is running on a worker slot."""
+    watch_waiting: tuple[int, ...]
+    """Jobs whose ``job_watch`` is scheduled and never started (no free slot)."""
+    anchor_waiting: tuple[int, ...]
+    """Jobs still waiting for a slot for ``job_log_anchor``, the step before their first watch."""
+    other: tuple[int, ...]
+    """Jobs with neither (between steps, or in an incident)."""
+
+
+def census_of(pending: Mapping[int, Sequence[tuple[str, bool]]]) -> WatchCensus:
+    """Sort jobs by their pending activities: ``{job_id: [(activity type, started), ...]}``. Pure."""
+    watching, waiting, anchor, other = [], [], [], []
+    for job_id, activities in sorted(pending.items()):
+        kinds = {(name, started) for name, started in activities}
+        if ("job_watch", True) in kinds:
+            watching.append(job_id)
+        elif ("job_watch", False) in kinds:
+            waiting.append(job_id)
+        elif any(name == "job_log_anchor" for name, _ in kinds):
+            anchor.append(job_id)
+        else:
+            other.append(job_id)
+    return WatchCensus(
+        workflows=len(pending),
+        watching=tuple(watching),
+        watch_waiting=tuple(waiting),
+        anchor_waiting=tuple(anchor),
+        other=tuple(other),
+    )
+
+
+async def watch_census(client: Client, cluster: str, job_ids: Sequence[int]) -> WatchCensus:
+    """Describe each job's JobRecovery (a job without one counts as ``other``) and sort them."""
+    from temporalio.api.enums.v1 import PendingActivityState
+    from temporalio.service import RPCError
+
+    from workflows.constants import job_workflow_id
+
+    pending: dict[int, list[tuple[str, bool]]] = {}
+    for job_id in job_ids:
+        try:
+            desc = await client.get_workflow_handle(job_workflow_id(cluster, job_id)).describe()
+        except RPCError:
+            pending[job_id] = []
+            continue
+        pending[job_id] = [
+            (a.activity_type.name, a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED)
+            for a in desc.raw_description.pending_activities
+        ]
+    return census_of(pending)
