@@ -11,10 +11,12 @@ import logging
 import os
 from datetime import timedelta
 
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.gpu.activities import GpuActivities
 from activities.gpu.nvml import NvmlSource
+from activities.gpu.port import GpuSource
 from activities.procs.activities import ProcsActivities
 from workers.client import connect
 from workers.gpu_push import push_gpu_events
@@ -51,7 +53,36 @@ async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) 
     except BaseException:
         telemetry.shutdown()
         raise
-    source = NvmlSource(host=node)
+    try:
+        await serve_node(client, settings, NvmlSource(host=node), stop)
+    finally:
+        telemetry.shutdown()
+
+
+async def serve_node(
+    client: Client,
+    settings: Settings,
+    source: GpuSource,
+    stop: asyncio.Event,
+    *,
+    activity_pollers: int = 5,
+    push_poll_s: float = 0.1,
+) -> None:
+    """Serve one node's task queue (``rebound-node-<source.host>``) and push its GPU events until ``stop`` is set.
+
+    One process may serve many nodes by running this once per node over one client (the lab's and the scale
+    benchmark's fake nodes: ``deploy/local/node_agents.py``); a real node runs it once, over NVML.
+
+    Args:
+        client: The process's Temporal client.
+        settings: The process's settings (the scheduler to list jobs with, the rank scan's cluster, py-spy).
+        source: This node's GPUs; opened here and closed when the node stops being served.
+        stop: Set to stop serving.
+        activity_pollers: Concurrent polls of the node's task queue (the SDK's default is 5; a process serving
+            many nodes keeps it at 1 so its poll count stays one per node).
+        push_poll_s: How often new GPU events are looked for.
+    """
+    node = source.host
     try:
         # Open now, not on the first read: the event thread must be listening before the first fault happens.
         await asyncio.to_thread(source.open)
@@ -61,13 +92,16 @@ async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) 
     procs = ProcsActivities(node, cluster=settings.node_agent.slurm_cluster, py_spy=settings.node_agent.py_spy_path)
     queue = node_task_queue(node)
     pusher = asyncio.create_task(
-        push_gpu_events(source, build_scheduler(settings.slurm), client, settings.cluster_name, node, stop)
+        push_gpu_events(
+            source, build_scheduler(settings.slurm), client, settings.cluster_name, node, stop, poll_s=push_poll_s
+        )
     )
     try:
         async with Worker(
             client,
             task_queue=queue,
             activities=[gpu.read_gpu_health, gpu.health_check, procs.rank_processes, procs.dump_stacks],
+            max_concurrent_activity_task_polls=activity_pollers,
             graceful_shutdown_timeout=timedelta(seconds=5),
         ):
             log.info("node agent for %s polling %s", node, queue)
@@ -76,4 +110,3 @@ async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) 
         stop.set()
         await pusher
         source.close()
-        telemetry.shutdown()
