@@ -22,12 +22,15 @@ from workflows.domain.base import Frozen
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from workers.settings import Settings
+
 __all__ = [
     "CommandCost",
     "CpuWindow",
     "WatchCensus",
     "census_of",
     "cpu_ticks",
+    "incidents_by_job",
     "machine_ticks",
     "measure_json_read",
     "rss_mb",
@@ -198,3 +201,35 @@ async def watch_census(client: Client, cluster: str, job_ids: Sequence[int]) -> 
             for a in desc.raw_description.pending_activities
         ]
     return census_of(pending)
+
+
+async def incidents_by_job(client: Client, settings: Settings, job_ids: Sequence[int]) -> dict[int, list[str]]:
+    """Every job whose JobRecovery recorded an incident, with the incidents' kinds (``status`` queries, a few at a
+    time); a job whose workflow does not answer is left out and counted under ``-1``."""
+    import asyncio
+
+    from temporalio.client import WorkflowQueryFailedError
+    from temporalio.service import RPCError
+
+    from workers.jobs_cli import query_status
+    from workflows.domain.errors import ReboundError
+
+    gate = asyncio.Semaphore(8)
+    found: dict[int, list[str]] = {}
+    unanswered = 0
+
+    async def one(job_id: int) -> None:
+        nonlocal unanswered
+        async with gate:
+            try:
+                st = await query_status(client, settings, job_id)
+            except (ReboundError, RPCError, WorkflowQueryFailedError):
+                unanswered += 1
+                return
+        if st.incidents:
+            found[job_id] = [i.anomaly.kind.value for i in st.incidents]
+
+    await asyncio.gather(*(one(j) for j in job_ids))
+    if unanswered:
+        found[-1] = [f"{unanswered} unanswered"]
+    return found

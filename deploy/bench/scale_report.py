@@ -95,6 +95,11 @@ def format_table(result: dict[str, Any]) -> str:
             f"{key:<18} {f['jobs']:>5} {f['detected']:>9} {_s(det['p50'], 1):>7} {_s(det['max'], 1):>7} "
             f"{f['acted']:>6} {_s(act['p50'], 1):>10}"
         )
+    false = result.get("false_incidents", {})
+    lines.append(
+        f"incidents on jobs that were not faulted: {sum(len(v) for k, v in false.items() if k != '-1')} "
+        f"on {sum(1 for k in false if k != '-1')} jobs" + (f" ({false['-1'][0]} workflows)" if "-1" in false else "")
+    )
     after = result.get("census_after")
     if after:
         lines.append(f"watches after the faults: {after['watching']} running, {after['watch_waiting']} waiting")

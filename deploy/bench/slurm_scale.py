@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from deploy.bench.context import BenchError, read_lines, say, until
-from deploy.bench.scale_probe import CpuWindow, WatchCensus, measure_json_read, rss_mb, watch_census
+from deploy.bench.scale_probe import (
+    CpuWindow,
+    WatchCensus,
+    incidents_by_job,
+    measure_json_read,
+    rss_mb,
+    watch_census,
+)
 from deploy.demo.submit import parse_job_id
 from deploy.local.config import LabConfig
 from deploy.local.processes import LabError, run
@@ -329,6 +336,9 @@ async def run_slurm_scale(lab: Lab, client: Client, settings: Settings, opts: Sc
     nodes = _xid_nodes(census, running, opts.xid_nodes, {j for j, _ in kills})
     outcomes += await inject_xids(lab, client, settings, nodes, census, opts.detect_timeout_s)
     result["faults"] = [o.model_dump(mode="json") for o in outcomes]
+    faulted = {o.job_id for o in outcomes}
+    others = await incidents_by_job(client, settings, [j for j in job_ids if j not in faulted])
+    result["false_incidents"] = {str(j): kinds for j, kinds in others.items()}
     result["census_after"] = _census_dict(await watch_census(client, settings.cluster_name, job_ids))
     return result
 
