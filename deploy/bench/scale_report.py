@@ -69,8 +69,9 @@ def format_table(result: dict[str, Any]) -> str:
     cpu = result["cpu_cores"]
     lines = [
         f"real Slurm at size: {result['nodes']} slurmd x {result['cpus_per_node']} CPUs, {result['jobs']} jobs; "
-        f"lab up {result.get('lab_up_s', 0):.0f} s, submitted in {result['submit_s']:.0f} s, all running at "
-        f"{result['all_running_s']:.0f} s, all monitored at {result['all_monitored_s']:.0f} s",
+        f"lab up {result.get('lab_up_s', 0):.0f} s, submitted in {result['submit_s']:.0f} s, "
+        f"{result.get('running', '?')} running at {result['all_running_s']:.0f} s, "
+        f"{result.get('monitored', '?')} JobRecovery workflows at {result['all_monitored_s']:.0f} s",
         f"load average before {result['load_before'][0]:.2f}, steady {result['load_steady'][0]:.2f}; memory the "
         f"lab took {result['mem_used_by_lab_mb']:.0f} MB",
         f"watches: {census['watching']} running, {census['watch_waiting']} scheduled never started, "
