@@ -362,7 +362,8 @@ async def run_slurm_scale(lab: Lab, client: Client, settings: Settings, opts: Sc
     env = lab.slurm.env()
     reads = []
     for _ in range(opts.samples):
-        for argv in (["squeue", "--json"], ["sinfo", "--json"]):
+        # Exactly as the worker's CLI adapter runs them (activities/slurm/cli.py).
+        for argv in (["squeue", "--json", "-a"], ["sinfo", "--json"]):
             reads.append(await asyncio.to_thread(measure_json_read, argv, env))
     result["reads"] = [r.model_dump() for r in reads]
 
