@@ -42,18 +42,21 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
     faults: dict[str, dict[str, Any]] = {}
     for f in result.get("faults", []):
         key = f"{f['fault']} {'watched' if f['watched'] else 'unwatched'}"
-        faults.setdefault(key, {"jobs": 0, "detected": 0, "acted": 0, "_lat": [], "_act": []})
+        faults.setdefault(key, {"jobs": 0, "detected": 0, "acted": 0, "_lat": [], "_seen": [], "_act": []})
         entry = faults[key]
         entry["jobs"] += 1
         if f["detected_s"] is not None:
             entry["detected"] += 1
             entry["_lat"].append(f["detected_s"])
+        if f.get("seen_s") is not None:
+            entry["_seen"].append(f["seen_s"])
         if f["action_s"] is not None:
             entry["acted"] += 1
             entry["_act"].append(f["action_s"])
     for entry in faults.values():
-        lat, act = entry.pop("_lat"), entry.pop("_act")
+        lat, seen, act = entry.pop("_lat"), entry.pop("_seen"), entry.pop("_act")
         entry["detection_s"] = {"p50": _pct(lat, 0.5), "max": max(lat, default=None)}
+        entry["seen_s"] = {"p50": _pct(seen, 0.5), "max": max(seen, default=None)}
         entry["action_s"] = {"p50": _pct(act, 0.5), "max": max(act, default=None)}
     return {"reads": reads, "faults": faults}
 
@@ -89,12 +92,16 @@ def format_table(result: dict[str, Any]) -> str:
             f"{cmd:<14} {r['items']:>6} {_s(wall['p50']) + '/' + _s(wall['max']):>15} {_s(r['cpu_s']['p50']):>10} "
             f"{r['bytes'] / 1e6:>7.2f} {_s(parse['p50']) + '/' + _s(parse['max']):>16}"
         )
-    lines += ["", f"{'fault':<18} {'jobs':>5} {'detected':>9} {'p50 s':>7} {'max s':>7} {'acted':>6} {'act p50 s':>10}"]
+    lines += [
+        "",
+        f"{'fault':<18} {'jobs':>5} {'detected':>9} {'p50 s':>7} {'max s':>7} {'seen p50/max s':>15} {'acted':>6} "
+        f"{'act p50 s':>10}",
+    ]
     for key, f in summary["faults"].items():
-        det, act = f["detection_s"], f["action_s"]
+        det, seen, act = f["detection_s"], f["seen_s"], f["action_s"]
         lines.append(
-            f"{key:<18} {f['jobs']:>5} {f['detected']:>9} {_s(det['p50'], 1):>7} {_s(det['max'], 1):>7} "
-            f"{f['acted']:>6} {_s(act['p50'], 1):>10}"
+            f"{key:<18} {f['jobs']:>5} {f['detected']:>9} {_s(det['p50']):>7} {_s(det['max']):>7} "
+            f"{_s(seen['p50'], 1) + '/' + _s(seen['max'], 1):>15} {f['acted']:>6} {_s(act['p50'], 1):>10}"
         )
     false = result.get("false_incidents", {})
     lines.append(

@@ -186,6 +186,11 @@ class FaultOutcome(Frozen):
     """The job's watch activity was running on a worker slot when the fault was injected."""
     injected_at: datetime
     detected_s: float | None = None
+    """The incident's ``detected_at`` minus the injection (for an XID ``detected_at`` is when the agent read the
+    event, so a workflow that took the signal late still shows a small figure: see ``seen_s``)."""
+    seen_s: float | None = None
+    """When the benchmark's status poll (every ~1 s) first saw the incident, minus the injection: an upper bound
+    of when the workflow had recorded it."""
     anomaly: str = ""
     action_s: float | None = None
     """From detection to the last recovery action verified (``Incident.restarted_at``)."""
@@ -217,6 +222,9 @@ async def _outcomes(
             update: dict[str, Any] = {"state": st.state.value}
             if incident is not None:
                 update["detected_s"] = (incident.detected_at - f.injected_at).total_seconds()
+                earlier = done.get(f.job_id)
+                seen = earlier.seen_s if earlier is not None and earlier.seen_s is not None else None
+                update["seen_s"] = seen if seen is not None else (datetime.now(UTC) - f.injected_at).total_seconds()
                 update["anomaly"] = incident.anomaly.kind.value
                 if incident.restarted_at is not None:
                     update["action_s"] = (incident.restarted_at - incident.detected_at).total_seconds()

@@ -76,7 +76,7 @@ def _result() -> dict[str, object]:
             {**read, "command": "sinfo --json", "items": 64},
         ],
         "faults": [
-            {"fault": "kill", "watched": True, "detected_s": 1.5, "action_s": 10.0},
+            {"fault": "kill", "watched": True, "detected_s": 1.5, "seen_s": 2.0, "action_s": 10.0},
             {"fault": "kill", "watched": False, "detected_s": None, "action_s": None},
             {"fault": "xid79", "watched": False, "detected_s": 0.2, "action_s": None},
         ],
@@ -88,11 +88,13 @@ def test_summary_keeps_watched_and_unwatched_apart() -> None:
     summary = summarize(_result())
     assert summary["reads"]["squeue --json"]["wall_s"] == {"p50": 0.6, "max": 0.7}
     assert summary["faults"]["kill watched"]["detected"] == 1
+    assert summary["faults"]["kill watched"]["seen_s"] == {"p50": 2.0, "max": 2.0}
     assert summary["faults"]["kill unwatched"] == {
         "jobs": 1,
         "detected": 0,
         "acted": 0,
         "detection_s": {"p50": None, "max": None},
+        "seen_s": {"p50": None, "max": None},
         "action_s": {"p50": None, "max": None},
     }
     assert summary["faults"]["xid79 unwatched"]["detected"] == 1
