@@ -105,4 +105,7 @@ def register(commands: Commands) -> None:
     scale.add_argument("--settle", type=float, default=30.0, help="seconds the watches get before they are counted")
     scale.add_argument("--timeout", type=float, default=120.0, help="seconds each fault round waits for Rebound")
     scale.add_argument("--keep-state", action="store_true", help="keep the scale lab's state directory afterwards")
+    scale.add_argument(
+        "--down", action="store_true", help="only take down a scale lab left running (a killed run) and delete it"
+    )
     scale.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")

@@ -117,7 +117,7 @@ def format_table(result: dict[str, Any]) -> str:
 def run_slurm_scale_command(args: argparse.Namespace) -> int:
     """Run the benchmark on its own lab; print the table; write the JSON. Exit 0 when it ran (whatever it found)."""
     from deploy.bench.context import BenchError
-    from deploy.bench.slurm_scale import ScaleOptions, run_on_fresh_lab
+    from deploy.bench.slurm_scale import ScaleOptions, run_on_fresh_lab, take_down
     from deploy.local.processes import LabError
 
     opts = ScaleOptions(
@@ -131,6 +131,9 @@ def run_slurm_scale_command(args: argparse.Namespace) -> int:
         detect_timeout_s=args.timeout,
         keep_state=args.keep_state,
     )
+    if args.down:
+        take_down(opts)
+        return 0
     try:
         result = asyncio.run(run_on_fresh_lab(opts))
     except (BenchError, LabError, RuntimeError) as e:

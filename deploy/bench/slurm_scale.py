@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from deploy.local.lab import Lab
     from workers.settings import Settings
 
-__all__ = ["ScaleOptions", "run_slurm_scale", "scale_lab_config"]
+__all__ = ["ScaleOptions", "run_slurm_scale", "scale_lab_config", "take_down"]
 
 SCALE_JOB = Path(__file__).with_name("scale_job.sh")
 XID = 79  # fell off the bus: the catalogue drains the node, every job on it must hear of it
@@ -436,3 +436,13 @@ def _down(lab: Lab, drain_timeout_s: float = 120.0) -> None:
             while run(["squeue", "-h", "-o", "%i"], env=env, timeout=60).strip() and time.monotonic() < deadline:
                 time.sleep(2.0)
     lab.down()
+
+
+def take_down(opts: ScaleOptions) -> None:
+    """Take down the scale lab of these options (one a killed run left behind) and delete its state."""
+    from deploy.local.lab import Lab
+
+    lab = Lab(scale_lab_config(opts))
+    with contextlib.suppress(LabError):
+        _down(lab)
+    shutil.rmtree(lab.cfg.state_dir, ignore_errors=True)
