@@ -1,19 +1,17 @@
-"""What ``rebound bench slurm-scale`` measures on the real lab (I/O): the scheduler's JSON reads, the processes'
-CPU and memory, and which monitored jobs hold a running watch.
+"""What ``rebound bench slurm-scale`` measures on the real lab (I/O): the scheduler's JSON reads and which
+monitored jobs hold a running watch (the processes' CPU and memory: the synthetic bench's ``deploy.scale.measure``).
 
 Every figure comes from the real thing: ``squeue --json`` / ``sinfo --json`` run as subprocesses (wall time, the
 child's own CPU time from ``wait4``, bytes printed) and parsed by Rebound's own parser (``activities.slurm.parse``);
-CPU and RSS from ``/proc``; watches from Temporal's description of each JobRecovery workflow (its pending
+watches from Temporal's description of each JobRecovery workflow (its pending
 activities and their state).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,18 +24,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CommandCost",
-    "CpuWindow",
     "WatchCensus",
     "census_of",
-    "cpu_ticks",
     "incidents_by_job",
-    "machine_ticks",
     "measure_json_read",
-    "rss_mb",
     "watch_census",
 ]
-
-_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
 class CommandCost(Frozen):
@@ -86,63 +78,6 @@ def measure_json_read(argv: Sequence[str], env: Mapping[str, str], *, timeout_s:
         parse_s=parse_s,
         items=items,
     )
-
-
-def cpu_ticks(pid: int) -> int | None:
-    """User + system CPU ticks of a process so far (``/proc/<pid>/stat``), None once it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(")") + 2 :].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def machine_ticks() -> tuple[int, int]:
-    """(busy, total) CPU ticks of the whole machine since boot (``/proc/stat``'s first line)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    return sum(values) - idle, sum(values)
-
-
-def rss_mb(pid: int) -> float | None:
-    """Resident memory of a process in MB (``VmRSS``), None once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
-@dataclass
-class CpuWindow:
-    """CPU used by named processes and by the whole machine between ``start()`` and ``stop()``."""
-
-    pids: dict[str, int]
-    _ticks: dict[str, int | None] | None = None
-    _machine: tuple[int, int] | None = None
-    _t0: float = 0.0
-
-    def start(self) -> None:
-        self._ticks = {name: cpu_ticks(pid) for name, pid in self.pids.items()}
-        self._machine = machine_ticks()
-        self._t0 = time.monotonic()
-
-    def stop(self) -> dict[str, float | None]:
-        """Cores used on average over the window, per process and ``machine`` (all processes, all helpers)."""
-        assert self._ticks is not None and self._machine is not None, "start() first"
-        elapsed = time.monotonic() - self._t0
-        cores: dict[str, float | None] = {}
-        for name, pid in self.pids.items():
-            before, after = self._ticks[name], cpu_ticks(pid)
-            cores[name] = None if before is None or after is None else (after - before) * _TICK_S / elapsed
-        busy, total = machine_ticks()
-        ncpu = os.cpu_count() or 1
-        cores["machine"] = (busy - self._machine[0]) / max(1, total - self._machine[1]) * ncpu
-        cores["window_s"] = elapsed
-        return cores
 
 
 class WatchCensus(Frozen):

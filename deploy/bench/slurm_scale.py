@@ -34,16 +34,15 @@ from pydantic import Field
 
 from deploy.bench.context import BenchError, read_lines, say
 from deploy.bench.scale_probe import (
-    CpuWindow,
     WatchCensus,
     incidents_by_job,
     measure_json_read,
-    rss_mb,
     watch_census,
 )
 from deploy.demo.submit import parse_job_id
 from deploy.local.config import LabConfig
 from deploy.local.processes import LabError, run
+from deploy.scale.measure import ProcSampler
 from workflows.domain.base import Frozen
 
 if TYPE_CHECKING:
@@ -359,11 +358,12 @@ async def run_slurm_scale(lab: Lab, client: Client, settings: Settings, opts: Sc
     say(f"watches: {len(census.watching)} running, {len(census.watch_waiting)} waiting for a slot, "
         f"{len(census.anchor_waiting)} waiting to anchor, {len(census.other)} other")  # fmt: skip
 
-    window = CpuWindow(_pids(lab))
-    window.start()
+    sampler = ProcSampler(_pids(lab))  # a process's CPU includes its children's: the worker's squeue runs
+    sampler.start()
     await asyncio.sleep(opts.window_s)
-    result["cpu_cores"] = window.stop()
-    result["rss_mb"] = {name: rss_mb(pid) for name, pid in _pids(lab).items()}
+    sampler.sample()
+    result["cpu_cores"] = {**sampler.cores(), "window_s": opts.window_s}
+    result["rss_mb"] = dict(sampler.peak_rss)
     result["mem_used_by_lab_mb"] = mem_before - _mem_available_mb()
     result["load_steady"] = os.getloadavg()
 

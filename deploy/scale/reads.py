@@ -1,0 +1,110 @@
+"""What a scale run reads back from Temporal, through its public API only (so it reads the same whatever watches
+the jobs): JobRecovery counts, each job's incidents (its ``status`` query), the history events of a time window,
+and the activities that wait for a worker slot."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections import Counter
+from datetime import UTC, datetime
+
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from activities.temporal.rebound_workflows import query_job_status
+from deploy.scale.stack import CLUSTER, Stack
+from workflows.constants import JOB_RECOVERY_WORKFLOW, job_workflow_id
+from workflows.domain.incident import Incident
+
+__all__ = ["history_events", "incidents", "wait_watched", "waiting_activities"]
+
+#: An activity scheduled this long ago and not started (nor waiting out a retry backoff) waits for a slot.
+WAITING_AFTER_S = 10.0
+
+
+async def wait_watched(client: Client, jobs: int, stack: Stack, timeout_s: float) -> int:
+    """Wait until ``jobs`` JobRecovery workflows run, or ``timeout_s``; returns how many run (fewer at a timeout:
+    the run goes on and says so, since how many jobs the code under test takes on in time is itself a result)."""
+    query = f"WorkflowType='{JOB_RECOVERY_WORKFLOW}' AND ExecutionStatus='Running'"
+    deadline = time.monotonic() + timeout_s
+    count = 0
+    while True:
+        stack.check_alive()
+        with contextlib.suppress(RPCError):  # a server busy starting the jobs' workflows answers late: ask again
+            count = (await client.count_workflows(query)).count
+        if count >= jobs or time.monotonic() > deadline:
+            return count
+        await asyncio.sleep(2.0)
+
+
+async def incidents(
+    client: Client, job_ids: list[int], *, attempts: int = 1, timeout_s: float = 30.0
+) -> dict[int, tuple[Incident, ...]]:
+    """Each job's incidents (its JobRecovery's ``status`` query); a job whose query fails every attempt (a worker
+    too busy to answer) is left out and named on stderr."""
+    out: dict[int, tuple[Incident, ...]] = {}
+    sem = asyncio.Semaphore(16)
+
+    async def one(job_id: int) -> None:
+        async with sem:
+            try:
+                status = await query_job_status(client, job_workflow_id(CLUSTER, job_id), timeout_s=timeout_s)
+                out[job_id] = status.incidents
+            except Exception as e:  # noqa: BLE001 - a job we cannot read now is asked again, then reported
+                if attempts <= 1:
+                    print(f"  job {job_id}: status query failed: {type(e).__name__} {e}", file=sys.stderr)
+
+    missing = list(job_ids)
+    for _ in range(attempts):
+        await asyncio.gather(*(one(j) for j in missing))
+        missing = [j for j in missing if j not in out]
+        if not missing:
+            break
+    return out
+
+
+async def history_events(client: Client, since: datetime, until: datetime) -> int:
+    """Events of every workflow execution of the run that fall in the window (all of Rebound's workflows)."""
+    sem = asyncio.Semaphore(16)
+    counts: list[int] = []
+
+    async def one(workflow_id: str, run_id: str) -> None:
+        async with sem:
+            n = 0
+            async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
+                t = event.event_time.ToDatetime(tzinfo=UTC)
+                n += since <= t <= until
+            counts.append(n)
+
+    tasks = [one(wf.id, wf.run_id) async for wf in client.list_workflows()]
+    await asyncio.gather(*tasks)
+    return sum(counts)
+
+
+async def waiting_activities(client: Client, job_ids: list[int]) -> Counter[str]:
+    """Activities of the jobs' workflows scheduled more than ``WAITING_AFTER_S`` ago and still not started (not
+    counting a retry's backoff), by activity type: work that waits for a free worker slot."""
+    waiting: Counter[str] = Counter()
+    sem = asyncio.Semaphore(16)
+    now = datetime.now(UTC)
+
+    async def one(job_id: int) -> None:
+        async with sem:
+            try:
+                desc = await client.get_workflow_handle(job_workflow_id(CLUSTER, job_id)).describe()
+            except Exception:  # noqa: BLE001 - a job we cannot describe is not counted
+                return
+            for pa in desc.raw_description.pending_activities:
+                if pa.state != PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
+                    continue
+                since = pa.next_attempt_schedule_time if pa.HasField("next_attempt_schedule_time") else None
+                since = since or pa.scheduled_time
+                if (now - since.ToDatetime(tzinfo=UTC)).total_seconds() > WAITING_AFTER_S:
+                    waiting[pa.activity_type.name] += 1
+
+    await asyncio.gather(*(one(j) for j in job_ids))
+    return waiting

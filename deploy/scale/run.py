@@ -1,0 +1,339 @@
+"""``rebound bench scale``: one run per job count against the real worker, agents and Temporal dev server.
+
+A run: generate the cluster and serve it (``scheduler.FakeSlurm``), start the log writer, Temporal, the node
+agents and the worker; wait until ClusterWatch has a JobRecovery running for every job, then a warm-up; then the
+measurement window (``--minutes``): faults injected on schedule, CPU/RSS sampled, the server's action counters read
+at both ends; then a settling period (the last faults' detections and recoveries, never counted in the costs);
+then the incidents (one query per job), the history events of the window, the parse time of the final listings.
+Job logs, listings and fake GPU states live under ``/dev/shm`` and are removed at the end of every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import getpass
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from temporalio.client import Client
+
+from activities.slurm.hostlist import compress
+from activities.slurm.parse import load_payload, parse_jobs, parse_nodes
+from deploy.local.fake_nvml_state import append_xid
+from deploy.local.node_agents import state_file
+from deploy.scale.cluster import JobChange, SyntheticCluster
+from deploy.scale.faults import FaultKind, InjectedFault, PlannedFault, faults_per_kind, plan_faults
+from deploy.scale.measure import HEARTBEAT_ACTION, ProcSampler, actions_from_metrics, scrape
+from deploy.scale.reads import history_events, incidents, wait_watched, waiting_activities
+from deploy.scale.scheduler import FakeSlurm
+from deploy.scale.score import Costs, RunResult, format_table, report_json, score
+from deploy.scale.stack import Stack
+from workers.client import connect
+from workers.settings import TemporalSettings
+from workflows.domain.incident import Incident
+
+__all__ = ["ScaleOptions", "run_scale_command"]
+
+#: Bytes of one step line (about 100) x ranks x jobs x seconds must fit this tmpfs budget unless raised.
+DEFAULT_LOG_BUDGET_MB = 4096
+_LINE_BYTES = 110
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    ranks: int = 8
+    minutes: float = 10.0
+    faults: int | None = None
+    settle_s: float = 180.0
+    warmup_s: float = 20.0
+    push_poll_s: float = 0.1
+    log_budget_mb: int = DEFAULT_LOG_BUDGET_MB
+    keep: bool = False
+    seed: int = 12
+
+
+class _Writer:
+    """The log writer process and its answers (``deploy.scale.logwriter``)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.next_id = 0
+        self.waiting: dict[int, asyncio.Future[float]] = {}
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        async for line in self.proc.stdout:
+            answer = json.loads(line)
+            future = self.waiting.pop(int(answer["id"]), None)
+            if future is not None and not future.done():
+                future.set_result(float(answer["t"]))
+
+    def send(self, cmd: dict[str, object]) -> asyncio.Future[float]:
+        assert self.proc.stdin is not None
+        self.next_id += 1
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self.waiting[self.next_id] = future
+        self.proc.stdin.write((json.dumps({**cmd, "id": self.next_id}) + "\n").encode())
+        return future
+
+    def change(self, change: JobChange) -> None:
+        if change.running:
+            self.send({"op": "run", "job": change.job_id, "node": change.node, "restart": change.restart_count})
+        else:
+            self.send({"op": "stop", "job": change.job_id})
+
+    async def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 10)
+        except TimeoutError:
+            self.proc.kill()
+        self.reader.cancel()
+
+
+async def _inject(
+    fault: PlannedFault, fake: FakeSlurm, writer: _Writer, nvml_dir: Path, record: list[InjectedFault]
+) -> None:
+    job = fake.cluster.jobs[fault.job_id]
+    node = job.node
+    if job.state != "RUNNING":
+        return  # a restart of an earlier fault's job still pending: nothing to break now
+    if fault.kind is FaultKind.XID:
+        t0 = time.time()
+        await asyncio.to_thread(append_xid, state_file(nvml_dir, node), fault.target, 79)
+    elif fault.kind is FaultKind.HANG:
+        t0 = await writer.send({"op": "hang", "job": fault.job_id})
+    else:
+        t0 = await writer.send({"op": "crash", "job": fault.job_id, "rank": fault.target})
+    record.append(InjectedFault(kind=fault.kind, job_id=fault.job_id, node=node, target=fault.target, t0=t0))
+    if fault.kind is FaultKind.CRASH:
+        await asyncio.sleep(1.0)  # srun ends the job once its tasks are gone
+        fake.fail(fault.job_id)
+
+
+def _parse_seconds(root: Path) -> float:
+    squeue, sinfo = (root / "squeue.json").read_bytes(), (root / "sinfo.json").read_bytes()
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        parse_jobs(load_payload(squeue, source="squeue --json"))
+        parse_nodes(load_payload(sinfo, source="sinfo --json"))
+        times.append(time.perf_counter() - t)
+    return round(statistics.median(times), 4)
+
+
+async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
+    per_kind = faults_per_kind(jobs, opts.faults)
+    window_s = opts.minutes * 60.0
+    budget = _LINE_BYTES * opts.ranks * jobs * (window_s + opts.warmup_s + opts.settle_s + 300)
+    if budget > opts.log_budget_mb * 1024 * 1024:
+        raise ValueError(
+            f"{jobs} jobs x {opts.ranks} ranks for this long write ~{budget / 2**20:.0f} MB of logs: "
+            f"raise --log-budget-mb (tmpfs) or shorten --minutes"
+        )
+    name = f"rebound-scale-{os.getpid()}-{jobs}"
+    shm, work = Path("/dev/shm") / name, Path(tempfile.gettempdir()) / name
+    for d in (shm / "logs", shm / "nvml", work / "state"):
+        d.mkdir(parents=True, exist_ok=True)
+    spare = max(8, jobs // 5 + per_kind * 2)
+    cluster = SyntheticCluster.create(
+        jobs=jobs,
+        ranks=opts.ranks,
+        spare_nodes=spare,
+        log_root=str(shm / "logs"),
+        user=(getpass.getuser(), os.getuid()),
+        now=time.time(),
+    )
+    stack = Stack(work=work, bin_dir=shm / "bin")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "deploy.scale.logwriter",
+        str(shm / "logs"),
+        "--ranks",
+        str(opts.ranks),
+        "--max-bytes",
+        str(opts.log_budget_mb * 1024 * 1024),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env=stack.rebound_env(work / "state"),
+    )
+    writer = _Writer(proc)
+    fake = FakeSlurm(cluster, shm, writer.change)
+    ticker: asyncio.Task[None] | None = None
+    try:
+        fake.install()
+        await fake.start()
+        for job in cluster.jobs.values():
+            writer.change(JobChange(job.job_id, running=True, node=job.node))
+
+        async def tick() -> None:
+            while True:
+                fake.tick()
+                await asyncio.sleep(0.5)
+
+        ticker = asyncio.create_task(tick())
+        stack.start_temporal()
+        client = await _connect(stack)
+        stack.start_agents(compress(list(cluster.nodes)), shm / "nvml", opts.ranks, opts.push_poll_s, work / "state")
+        stack.start_worker(0, work / "state")
+        print(f"[{jobs} jobs] stack up (temporal {stack.address}); waiting for every job's JobRecovery", flush=True)
+        t_up = time.monotonic()
+        recovering = await wait_watched(client, jobs, stack, timeout_s=max(180.0, jobs * 0.9))
+        print(
+            f"[{jobs} jobs] {recovering} JobRecovery workflows running after {time.monotonic() - t_up:.0f} s",
+            flush=True,
+        )
+        await asyncio.sleep(opts.warmup_s)
+        plan = plan_faults(
+            list(cluster.jobs),
+            per_kind,
+            start_s=min(10.0, window_s / 6),
+            end_s=window_s * 0.85,
+            ranks=opts.ranks,
+            seed=opts.seed,
+        )
+        pids = {
+            "worker": stack.procs["worker-0"].pid,
+            "server": stack.procs["temporal"].pid,
+            "agents": stack.procs["agents"].pid,
+            "writer": proc.pid,
+        }
+        sampler = ProcSampler(pids)
+        before = actions_from_metrics(await asyncio.to_thread(scrape, stack.metrics_url), "default")
+        w0 = datetime.now(UTC)
+        sampler.start()
+        print(f"[{jobs} jobs] window of {opts.minutes:g} min, {len(plan)} faults; load {_load()}", flush=True)
+        injected: list[InjectedFault] = []
+        pending = list(plan)
+        started = time.monotonic()
+        injections: list[asyncio.Task[None]] = []
+        while (elapsed := time.monotonic() - started) < window_s:
+            while pending and pending[0].at_s <= elapsed:
+                injections.append(asyncio.create_task(_inject(pending.pop(0), fake, writer, shm / "nvml", injected)))
+            sampler.sample()
+            stack.check_alive()
+            await asyncio.sleep(1.0)
+        cores = sampler.cores()
+        w1 = datetime.now(UTC)
+        after = actions_from_metrics(await asyncio.to_thread(scrape, stack.metrics_url), "default")
+        by_type = sorted(((after[k] - before.get(k, 0.0), k) for k in after), reverse=True)[:8]
+        print(f"[{jobs} jobs] actions in the window by type: " + ", ".join(f"{k} {v:.0f}" for v, k in by_type if v))
+        waiting = await waiting_activities(client, list(cluster.jobs))
+        print(f"[{jobs} jobs] activities waiting > 10 s for a worker slot at the window's end: {dict(waiting)}")
+        await asyncio.gather(*injections)
+        print(f"[{jobs} jobs] window closed (load {_load()}); settling up to {opts.settle_s:.0f} s", flush=True)
+        found = await _settle(client, injected, opts.settle_s)
+        rest = [j for j in cluster.jobs if j not in found]
+        found.update(await incidents(client, rest, attempts=3, timeout_s=60.0))
+        unread = [j for j in cluster.jobs if j not in found]
+        if unread:
+            print(f"[{jobs} jobs] {len(unread)} job(s) never answered their status query: {unread[:20]}", flush=True)
+        outcomes, false_count, extra = score(injected, found)
+        costs = Costs(
+            window_s=round((w1 - w0).total_seconds(), 1),
+            worker_cpu_cores=cores["worker"],
+            worker_rss_mb=round(sampler.peak_rss["worker"], 1),
+            server_cpu_cores=cores["server"],
+            server_rss_mb=round(sampler.peak_rss["server"], 1),
+            machine_cpu_cores=cores["machine"],
+            actions=sum(after.values()) - sum(before.values()),
+            heartbeats=after.get(HEARTBEAT_ACTION, 0.0) - before.get(HEARTBEAT_ACTION, 0.0),
+            history_events=await history_events(client, w0, w1),
+            snapshot_parse_s=_parse_seconds(shm),
+            agents_cpu_cores=cores["agents"],
+            writer_cpu_cores=cores["writer"],
+        )
+        verbs = Counter(" ".join(str(a) for a in c["argv"][:1]) for c in fake.commands)
+        print(
+            f"[{jobs} jobs] scontrol calls: {dict(verbs)}; restarts: "
+            f"{sum(j.restart_count for j in cluster.jobs.values())}",
+            flush=True,
+        )
+        return RunResult(
+            jobs=jobs,
+            ranks=opts.ranks,
+            workers=1,
+            minutes=opts.minutes,
+            costs=costs,
+            faults=outcomes,
+            false_incidents=false_count,
+            extra_incidents=extra,
+            scheduler_commands=len(fake.commands),
+            unknown_commands=tuple(cluster.unknown_commands),
+            waiting_activities=dict(waiting),
+            restarts=sum(j.restart_count for j in cluster.jobs.values()),
+            jobs_recovering=recovering,
+        )
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+        stack.stop([n for n in stack.procs if n != "temporal"])
+        stack.stop()
+        await writer.close()
+        await fake.stop()
+        shutil.rmtree(shm, ignore_errors=True)
+        if not opts.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+async def _connect(stack: Stack) -> Client:
+    deadline = time.monotonic() + 60
+    while True:
+        stack.check_alive()
+        with contextlib.suppress(Exception):
+            return await connect(TemporalSettings(address=stack.address))
+        if time.monotonic() > deadline:
+            raise RuntimeError("the Temporal dev server did not answer within 60 s")
+        await asyncio.sleep(1.0)
+
+
+async def _settle(client: Client, faults: list[InjectedFault], settle_s: float) -> dict[int, tuple[Incident, ...]]:
+    """Poll the faulted jobs until each has an incident with its recovery action done, or ``settle_s`` passed."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        found = await incidents(client, [f.job_id for f in faults], attempts=2)
+        outcomes, _, _ = score(faults, found)
+        done = sum(1 for o in outcomes if o.action_s is not None)
+        if done == len(faults) or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(10.0)
+
+
+def _load() -> str:
+    """The machine's 1/5/15-minute load averages: other tenants' work shows here."""
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def run_scale_command(args: argparse.Namespace) -> int:
+    sizes = [int(x) for x in str(args.jobs).split(",") if x.strip()]
+    opts = ScaleOptions(
+        ranks=args.ranks,
+        minutes=args.minutes,
+        faults=args.faults,
+        settle_s=args.settle,
+        push_poll_s=args.push_poll_s,
+        log_budget_mb=args.log_budget_mb,
+        keep=args.keep,
+    )
+    runs: list[RunResult] = []
+    for jobs in sizes:
+        runs.append(asyncio.run(run_one(jobs, opts)))
+        print(format_table(runs), flush=True)
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report_json(runs), indent=2) + "\n")
+    return 0
