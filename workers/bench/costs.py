@@ -45,9 +45,12 @@ from workflows.policy.fleet import build_fleet_view, view_input
 __all__ = ["LoopLag", "generated_scheduler", "measure", "measure_loop_lag"]
 
 
-def generated_scheduler(jobs: int, directory: Path, *, offload: bool = True) -> SlurmCliScheduler:
+def generated_scheduler(
+    jobs: int, directory: Path, *, offload: bool = True, parser: ParseOffload | None = None
+) -> SlurmCliScheduler:
     """The real CLI adapter over ``squeue``/``sinfo`` stand-ins in ``directory`` that print generated documents
-    of ``jobs`` jobs on 90 % as many nodes (the commands' own cost is a ``cat``; the parse is the real one)."""
+    of ``jobs`` jobs on 90 % as many nodes (the commands' own cost is a ``cat``; the parse is the real one);
+    ``parser`` replaces the adapter's own ``ParseOffload(enabled=offload)``."""
     directory.mkdir(parents=True, exist_ok=True)
     documents = {"squeue": squeue_document(jobs), "sinfo": sinfo_document(max(1, jobs - jobs // 10))}
     for tool, document in documents.items():
@@ -57,7 +60,9 @@ def generated_scheduler(jobs: int, directory: Path, *, offload: bool = True) -> 
         script.write_text(f"#!/bin/sh\nexec cat {shlex.quote(str(data))}\n")
         script.chmod(0o755)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    return SlurmCliScheduler(env=env, bin_dir=directory, timeout_s=120.0, parser=ParseOffload(enabled=offload))
+    return SlurmCliScheduler(
+        env=env, bin_dir=directory, timeout_s=120.0, parser=parser or ParseOffload(enabled=offload)
+    )
 
 
 class LoopLag:

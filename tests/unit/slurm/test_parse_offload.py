@@ -12,9 +12,8 @@ import pytest
 from activities.slurm.parse import load_payload, parse_jobs, parse_nodes, parse_submission
 from activities.slurm.parse_offload import ParseOffload
 from activities.slurm.rest import SlurmRestScheduler
-from activities.slurm.snapshots import SnapshotCache
 from tests.unit.slurm.golden import read as golden_bytes
-from workers.bench.costs import generated_scheduler, measure_loop_lag
+from workers.bench.costs import generated_scheduler
 from workers.bench.synthetic_slurm import sinfo_document, squeue_document
 from workflows.domain.errors import FailureKind, ReboundError
 
@@ -84,18 +83,18 @@ def test_output_files_are_private_and_deleted(offload: ParseOffload) -> None:
     assert not path.exists()
 
 
-async def test_the_cli_adapter_parses_in_a_child_and_frees_the_loop(tmp_path: Path) -> None:
-    """3,000 jobs: on the loop the poll holds it for its whole parse; offloaded, for a fraction of it."""
+async def test_the_cli_adapter_parses_a_large_listing_in_a_child(tmp_path: Path) -> None:
+    """3,000 jobs: the CLI adapter hands both documents to a child and gets the same models back. How much of the
+    event loop that frees is a benchmark's question (``python -m workers.bench.costs``), not a timed test's."""
     inline = generated_scheduler(3000, tmp_path / "inline", offload=False)
-    offloaded = generated_scheduler(3000, tmp_path / "offload", offload=True)
-    before = SnapshotCache(inline, max_age_s=0)
-    after = SnapshotCache(offloaded, max_age_s=0)
-    got, expected = await after.get(), await before.get()
-    assert (got.jobs, got.nodes) == (expected.jobs, expected.nodes)
-    # The least of 3 polls each: a garbage collection (either way) or a busy machine does not decide.
-    cpu_before = min([(await measure_loop_lag(before.get)).loop_cpu_s for _ in range(3)])
-    cpu_after = min([(await measure_loop_lag(after.get)).loop_cpu_s for _ in range(3)])
-    assert cpu_after < cpu_before / 2, (cpu_after, cpu_before)
+    children = ParseOffload()
+    offloaded = generated_scheduler(3000, tmp_path / "offload", parser=children)
+    try:
+        got, expected = await offloaded.snapshot(), await inline.snapshot()
+    finally:
+        children.close()
+    assert (got.jobs, got.nodes) == (expected.jobs, expected.nodes) and len(got.jobs) == 3000
+    assert children.offloaded == 2  # squeue and sinfo, each parsed in a child
 
 
 async def test_the_rest_adapter_parses_a_large_answer_in_a_child(offload: ParseOffload) -> None:
