@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import multiprocessing
 import os
 import pickle
+import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -44,6 +47,8 @@ DEFAULT_CHUNK = 250
 #: Child deaths in a row after which documents are parsed in-process (a child that cannot start, e.g. a main
 #: module without an ``if __name__ == "__main__"`` guard under spawn, would otherwise cost a start per poll).
 _MAX_BROKEN = 3
+#: prctl(2) option: the signal a child gets when its parent dies (Linux).
+_PR_SET_PDEATHSIG = 1
 
 _T = TypeVar("_T", SlurmJob, SlurmNode, SubmittedJob)
 #: What the child sends back: pickled chunks, or the parser's classified error as (kind, message).
@@ -251,8 +256,23 @@ class ParseOffload:
         with self._lock:
             if self._pool is None:
                 # spawn, never fork: the worker runs threads (Temporal's core, the executor's own).
-                self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
+                self._pool = ProcessPoolExecutor(
+                    self.processes,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_follow_parent,
+                    initargs=(os.getpid(),),
+                )
             return self._pool
+
+
+def _follow_parent(parent: int) -> None:
+    """In a parse child: die with the worker. A SIGKILLed worker cannot shut its pool down, and its spawned children
+    would otherwise live on (seen on the lab: orphans of a killed benchmark worker, still there half an hour later)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the worker died before the line above took effect
+        os._exit(0)
 
 
 def _write(f: IO[bytes], raw: bytes) -> None:

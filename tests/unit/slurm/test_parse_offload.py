@@ -108,3 +108,45 @@ async def test_the_rest_adapter_parses_a_large_answer_in_a_child(offload: ParseO
     assert snapshot.jobs == parse_jobs(load_payload(documents["/slurm/v0.0.38/jobs"], source="s"))
     assert snapshot.nodes == parse_nodes(load_payload(documents["/slurm/v0.0.38/nodes"], source="s"))
     assert offload.offloaded == 2
+
+
+def test_parse_children_die_with_the_worker(tmp_path: Path) -> None:
+    """A worker SIGKILLed mid-run cannot shut its pool down: its parse children must not outlive it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import asyncio, os, sys\n"
+        "from activities.slurm.parse_offload import ParseOffload\n"
+        "from workers.bench.synthetic_slurm import squeue_document\n"
+        "async def main():\n"
+        "    offload = ParseOffload(min_bytes=0)\n"
+        "    await offload.jobs(squeue_document(5), source='squeue --json')\n"
+        "    pids = [p.pid for p in offload._ensure_pool()._processes.values()]\n"
+        "    print(' '.join(map(str, pids)), flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "if __name__ == '__main__':\n"
+        "    asyncio.run(main())\n"
+    )
+    worker = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert worker.stdout is not None
+    children = [int(p) for p in worker.stdout.readline().split()]
+    assert children
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    deadline = time.monotonic() + 20
+    alive = children
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [pid for pid in children if Path(f"/proc/{pid}").exists() and _not_zombie(pid)]
+    assert not alive, f"parse children outlived their worker: {alive}"
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
