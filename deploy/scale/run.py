@@ -162,12 +162,14 @@ async def scale_cluster(
     log_budget_mb: int,
     keep: bool = False,
     worker_env: Mapping[str, str] | None = None,
+    stop_timeout_s: float = 20.0,
 ) -> AsyncIterator[ScaleCluster]:
     """Generate and serve the cluster, start the log writer, Temporal, the node agents and one worker; yield once
     the worker has started (the caller waits for what it needs: ``reads.wait_watched``); stop all at the end.
 
     ``worker_env``: settings for the worker beyond the benchmark's (``REBOUND_...`` variables; the benchmark passes
-    none: production settings)."""
+    none: production settings). ``stop_timeout_s``: how long each process may take to stop at the end (SIGTERM,
+    then SIGKILL)."""
     name = f"rebound-scale-{os.getpid()}-{jobs}-{time.monotonic_ns()}"
     shm, work = Path("/dev/shm") / name, Path(tempfile.gettempdir()) / name
     for d in (shm / "logs", shm / "nvml", work / "state"):
@@ -217,8 +219,8 @@ async def scale_cluster(
     finally:
         if ticker is not None:
             ticker.cancel()
-        stack.stop([n for n in stack.procs if n != "temporal"])
-        stack.stop()
+        stack.stop([n for n in stack.procs if n != "temporal"], stop_timeout_s)
+        stack.stop(term_timeout_s=stop_timeout_s)
         await writer.close()
         await fake.stop()
         shutil.rmtree(shm, ignore_errors=True)

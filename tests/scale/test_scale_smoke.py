@@ -31,13 +31,15 @@ from deploy.scale.score import score
 from deploy.scale.stack import free_port
 from workflows.domain.recovery import RecoveryState
 
-pytestmark = pytest.mark.slow
+#: The bounds below add up to more than the suite's 300 s per test; a failing run must reach its own message.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 JOBS = 300
 #: Two ranks a job (the bench's default is 8): the watch path is the same per file, the writer's load a quarter.
 RANKS = 2
-#: Every job has a JobRecovery and is a hub member within this (about 40 s on a quiet 2-core machine).
-WATCHED_WITHIN_S = 200.0
+#: Every job has a JobRecovery and is a hub member within this (measured 77 to 171 s on the shared 2-core machine,
+#: load 9 to 16: the dev server starting 300 workflows is most of it).
+WATCHED_WITHIN_S = 420.0
 #: Both faults detected and their requeue verified by the scheduler within this (seconds of the injection).
 RECOVERED_WITHIN_S = 120.0
 
@@ -70,7 +72,13 @@ async def test_recovery_proceeds_while_300_jobs_are_watched() -> None:
     metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     worker_env = {"REBOUND_TELEMETRY__PROMETHEUS_BIND": f"127.0.0.1:{metrics_port}"}
     async with scale_cluster(
-        JOBS, ranks=RANKS, spare_nodes=8, push_poll_s=0.5, log_budget_mb=512, worker_env=worker_env
+        JOBS,
+        ranks=RANKS,
+        spare_nodes=8,
+        push_poll_s=0.5,
+        log_budget_mb=512,
+        worker_env=worker_env,
+        stop_timeout_s=3.0,  # nothing to keep: a process not gone by then is killed
     ) as run:
         started = time.monotonic()
         recovering = await wait_watched(run.client, JOBS, run.stack, timeout_s=WATCHED_WITHIN_S)
