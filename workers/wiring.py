@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from activities.slurm.cli import SlurmCliScheduler
+from activities.slurm.parse_offload import ParseOffload
 from activities.slurm.port import CompositeScheduler, SchedulerPort, SchedulerReads
 from activities.slurm.snapshots import SnapshotCache
 from workers.settings import GpuSettings, SchedulerBackend, SlurmSettings, WatchSettings
@@ -17,7 +18,12 @@ def build_scheduler(settings: SlurmSettings) -> SchedulerPort:
     ``rest`` reads through slurmrestd but acts through scontrol: Slurm 22.05's REST API cannot drain, resume,
     requeue or exclude (verified, shared/facts/slurm-lab.md section 5).
     """
-    cli = SlurmCliScheduler(env=settings.command_env(), bin_dir=settings.bin_dir, timeout_s=settings.command_timeout_s)
+    parser = ParseOffload(
+        enabled=settings.parse_offload, min_bytes=settings.parse_offload_min_bytes, processes=settings.parse_processes
+    )
+    cli = SlurmCliScheduler(
+        env=settings.command_env(), bin_dir=settings.bin_dir, timeout_s=settings.command_timeout_s, parser=parser
+    )
     if settings.backend is SchedulerBackend.CLI:
         return cli
     if settings.backend is SchedulerBackend.REST:
@@ -30,7 +36,9 @@ def build_scheduler(settings: SlurmSettings) -> SchedulerPort:
             token=settings.rest_token,
             timeout_s=settings.command_timeout_s,
         )
-        return CompositeScheduler(reads=SlurmRestScheduler(client, api_version=settings.rest_api_version), actions=cli)
+        return CompositeScheduler(
+            reads=SlurmRestScheduler(client, api_version=settings.rest_api_version, parser=parser), actions=cli
+        )
     from activities.slurm.pyslurm_adapter import PyslurmScheduler
 
     return PyslurmScheduler()

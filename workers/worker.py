@@ -70,9 +70,9 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
         interceptors=telemetry.interceptors,
     )
     scheduler = build_scheduler(settings.slurm)
-    slurm = SlurmActivities(scheduler)
     # Opt-in discovery. `snapshots` is the worker's one shared snapshot cache: every watcher must use this object.
     snapshots = build_snapshot_cache(scheduler, settings.watch)
+    slurm = SlurmActivities(scheduler, snapshots)
     discovery = build_discovery_activities(client, snapshots, settings)
     logs = LogPolicy(settings.watch.log_roots, require_owner=settings.watch.log_require_owner)
     checkpoints = CheckpointActivities(logs)  # a job's ckpt= directory is bounded like its log files

@@ -29,10 +29,16 @@ with workflow.unsafe.imports_passed_through():
         StartJobRecoveryInput,
         WatchError,
     )
+    from workflows.history import continue_as_new_due
     from workflows.options import CLUSTER_DISCOVERY, TEMPORAL_START
 
 #: Pause after a discovery that failed for good (a permanent scheduler error), before trying again.
 DISCOVERY_BACKOFF = timedelta(seconds=30)
+#: Continue as new once the history passes Rebound's own bound, and start at most ``MAX_STARTS_PER_ROUND`` jobs a
+#: round (histories from before started every new job of a round at once).
+HISTORY_BOUND_PATCH = "12-cluster-watch-history-bound"
+#: JobRecovery starts per discovery round (about 3 history events each).
+MAX_STARTS_PER_ROUND = 500
 
 
 @workflow.defn(name=CLUSTER_WATCH_WORKFLOW)
@@ -56,7 +62,7 @@ class ClusterWatchWorkflow:
         while True:
             await self._round(inp)
             rounds += 1
-            if rounds >= inp.rounds_per_run or workflow.info().is_continue_as_new_suggested():
+            if rounds >= inp.rounds_per_run or continue_as_new_due(HISTORY_BOUND_PATCH):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
                     ClusterWatchInput(
@@ -87,9 +93,12 @@ class ClusterWatchWorkflow:
             await workflow.sleep(DISCOVERY_BACKOFF, summary="back off after a failed discovery")
             return
         self._known.difference_update(found.gone)
+        # At most MAX_STARTS_PER_ROUND: the rest stay unknown, so the next discovery offers them at once, after a
+        # look at the history's size (5,000 new jobs in one round would add some 15,000 events at once).
+        new = found.new[:MAX_STARTS_PER_ROUND] if workflow.patched(HISTORY_BOUND_PATCH) else found.new
         # Starts are independent and idempotent: issue them together, record each outcome on its own.
-        started = await asyncio.gather(*(self._start(inp.cluster, job) for job in found.new))
-        self._known.update(job.job_id for job, ok in zip(found.new, started, strict=True) if ok)
+        started = await asyncio.gather(*(self._start(inp.cluster, job) for job in new))
+        self._known.update(job.job_id for job, ok in zip(new, started, strict=True) if ok)
         self._status = self._status.model_copy(
             update={
                 "known": tuple(sorted(self._known)),

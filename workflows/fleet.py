@@ -57,11 +57,12 @@ with workflow.unsafe.imports_passed_through():
         NodeLifecycle,
         NodeRecord,
     )
+    from workflows.domain.fleet_view import FleetView
     from workflows.domain.gpu import NodeHealthCheckInput, NodeHealthCheckResult
     from workflows.domain.incident import ActionRung
     from workflows.domain.loop import DrainInput
-    from workflows.domain.notify import Notification, NotificationKind, NotifyField, Severity
     from workflows.domain.slurm import ClusterSnapshot
+    from workflows.history import continue_as_new_due
     from workflows.notify import notify
     from workflows.options import CLUSTER_ACTION, NODE_AGENT_QUICK_READ, SCHEDULER_READ
 
@@ -70,6 +71,11 @@ with workflow.unsafe.imports_passed_through():
 FLEET_SUSPICIONS_PATCH = "fleet-suspicions"
 #: A node-level GPU fault on a suspected node escalates the suspicion to a drain request (no history before had one).
 FLEET_LATE_GPU_FAULT_PATCH = "fleet-late-gpu-fault"
+#: The Fleet reads ``fleet_view`` (the nodes it names, counts for the rest) instead of the whole snapshot, which
+#: passes Temporal's 2 MB payload limit past about 3,000 jobs. Histories from before read ``fleet_cluster_view``.
+FLEET_COMPACT_VIEW_PATCH = "12-fleet-compact-view"
+#: Continue as new once the history passes Rebound's own bound, not only when the server suggests it.
+FLEET_HISTORY_BOUND_PATCH = "12-fleet-history-bound"
 
 #: Wake up at least this often to expire approvals and run health checks.
 _MAX_SLEEP_S = 60.0
@@ -178,7 +184,7 @@ class FleetWorkflow:
                 await self._late_fault(self._faults.pop(0))
             await self._health_checks()
             self._publish_pending()
-            if workflow.info().is_continue_as_new_suggested() and not self._queue and not self._faults:
+            if not self._queue and not self._faults and continue_as_new_due(FLEET_HISTORY_BOUND_PATCH):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._inp.model_copy(update={"carried": self._state}))
 
@@ -204,7 +210,7 @@ class FleetWorkflow:
         if not workflow.patched(FLEET_SUSPICIONS_PATCH):
             # Recorded before suspicions existed: every request was a drain request.
             req = req.model_copy(update={"rung": ActionRung.DRAIN})
-        view = await self._view()
+        view = await self._view(req)
         now = workflow.now()
         self._state = policy.sync_with_view(self._state, view, now)
         self._state = policy.clear_stale_suspects(self._state, self._policy, now)
@@ -253,7 +259,7 @@ class FleetWorkflow:
         self._state = policy.remember_decision(self._state, decision)
         await self._reply(req, decision)
 
-    async def _drain(self, node: str, req: IsolationRequest, view: ClusterSnapshot) -> bool:
+    async def _drain(self, node: str, req: IsolationRequest, view: FleetView | ClusterSnapshot) -> bool:
         """Drain one node for ``req`` (recorded first, verified by a fresh read); False if someone else holds it."""
         reason = drain_reason(req.incident, req.cause)
         key = f"{workflow.info().workflow_id}/{req.request_id}/drain-{node}"
@@ -292,7 +298,7 @@ class FleetWorkflow:
             if approval.kind is ApprovalKind.RESTART:
                 await self._answer_restart(approval.request, approval)
             elif approval.applied is ApprovalOutcome.APPROVED:
-                view = await self._view()
+                view = await self._view(approval.request, approval.nodes)
                 drained = [node for node in approval.nodes if await self._drain(node, approval.request, view)]
                 earlier = policy.find_decision(self._state, approval.request.request_id)
                 if earlier is not None and drained:
@@ -375,7 +381,19 @@ class FleetWorkflow:
     def _woken(self, seen: int) -> Callable[[], bool]:
         return lambda: bool(self._queue) or bool(self._faults) or self._answered != seen
 
-    async def _view(self) -> ClusterSnapshot:
+    async def _view(
+        self, req: IsolationRequest | None = None, nodes: tuple[str, ...] = ()
+    ) -> FleetView | ClusterSnapshot:
+        """A fresh read of what a decision about ``req`` (or the recorded nodes, and ``nodes``) needs."""
+        if workflow.patched(FLEET_COMPACT_VIEW_PATCH):
+            compact: FleetView = await workflow.execute_activity_method(
+                FleetActivities.view,
+                policy.view_input(self._state, req, nodes),
+                summary="Read the nodes this decision names (fresh)",
+                **SCHEDULER_READ,
+            )
+            self._cluster_nodes = compact.node_count
+            return compact
         view: ClusterSnapshot = await workflow.execute_activity_method(
             FleetActivities.cluster_view, summary="Read every node and job (fresh)", **SCHEDULER_READ
         )
@@ -407,21 +425,8 @@ class FleetWorkflow:
 
     async def _announce(self, approval: Approval) -> None:
         """Tell people an action waits for them (never blocks: ``workflows.notify``)."""
-        what = ", ".join(approval.nodes) or f"restart of job {approval.request.job_id}"
-        await notify(
-            Notification(
-                kind=NotificationKind.APPROVAL_NEEDED,
-                job_id=approval.request.job_id,
-                cluster=self._inp.cluster,
-                title=f"Approval {approval.id}: {approval.kind.value} {what}"[:300],
-                text="; ".join(approval.reasons)[:1500]
-                + f"\n`rebound approve {approval.id}` or `rebound reject {approval.id}` before "
-                f"{approval.deadline:%H:%M:%S} UTC (then: {self._policy.approval_default.value})",
-                severity=Severity.WARNING,
-                fields=(NotifyField(key="cause", value=approval.request.cause),),
-                idempotency_key=f"{workflow.info().workflow_id}/approval/{approval.id}",
-            )
-        )
+        fleet_id = workflow.info().workflow_id
+        await notify(policy.approval_notification(approval, self._inp.cluster, self._policy, fleet_id))
 
     def _publish_pending(self) -> None:
         """Pending approval ids in the UI's search attribute (``ReboundPendingApproval = "a-3"``; unset when none)."""

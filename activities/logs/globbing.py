@@ -7,10 +7,9 @@ import fnmatch
 import glob
 import os
 
-__all__ = ["MAX_GLOB_ENTRIES", "GlobBudget", "bounded_glob"]
+from workflows.domain.bounds import MAX_GLOB_ENTRIES  # the per-job bounds live in one place
 
-MAX_GLOB_ENTRIES = 100_000
-"""Directory entries one call's globbing looks at, at most (each listing counts as one more)."""
+__all__ = ["MAX_GLOB_ENTRIES", "GlobBudget", "bounded_glob"]
 
 
 class GlobBudget:

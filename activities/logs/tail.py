@@ -59,6 +59,12 @@ from activities.logs.chunk import Chunk, read_chunk
 from activities.logs.globbing import GlobBudget, bounded_glob
 from activities.logs.line import LogLine, decode_line, split_prefix
 from activities.logs.patterns import FileIdentity, LogPattern, superseded
+from workflows.domain.bounds import (  # the per-job bounds live in one place
+    DEFAULT_MAX_BYTES_PER_CALL,
+    DEFAULT_MAX_BYTES_PER_FILE,
+    DEFAULT_MAX_LINES_PER_CALL,
+    MAX_FILES,
+)
 
 __all__ = [
     "CLOCK_SKEW",
@@ -76,14 +82,6 @@ __all__ = [
 Offsets = dict[str, int]
 """Byte offsets per path, plus fingerprint keys (see the module docstring)."""
 
-DEFAULT_MAX_BYTES_PER_FILE = 1 << 20
-# What one call may cost, measured with tracemalloc in tests/property/test_tail_bounds.py: the bytes (read, then
-# decoded) and about 1.4 KB per LogLine; together well under 32 MiB whatever the files hold. At a poll a second
-# that drains 4 MiB/s or 10k lines/s of backlog; what does not fit waits, nothing is dropped.
-DEFAULT_MAX_BYTES_PER_CALL = 4 << 20
-DEFAULT_MAX_LINES_PER_CALL = 10_000
-MAX_FILES = 10_000
-"""Files one ``LogTail`` reads at most; the offsets of more would not fit a Temporal heartbeat."""
 _FP_PREFIX = "\x00crc:"
 _WAIT_PREFIX = "\x00wait:"
 _SINCE = "\x00since"

@@ -28,6 +28,7 @@ from pydantic import SecretStr
 
 from activities.slurm.errors import api_errors
 from activities.slurm.parse import load_payload, parse_jobs, parse_nodes
+from activities.slurm.parse_offload import ParseOffload
 from activities.slurm.port import gather_snapshot
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.slurm import ClusterSnapshot, SlurmJob, SlurmNode
@@ -81,11 +82,15 @@ class SlurmRestScheduler:
     Args:
         client: From ``rest_client`` (or any client whose base URL is slurmrestd's root).
         api_version: The OpenAPI plugin slurmrestd serves (``-s openapi/v0.0.38``).
+        parser: Turns ``/jobs`` and ``/nodes`` into models, large documents off the event loop.
     """
 
-    def __init__(self, client: httpx.AsyncClient, api_version: str = "v0.0.38") -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, api_version: str = "v0.0.38", *, parser: ParseOffload | None = None
+    ) -> None:
         self._client = client
         self._prefix = f"/slurm/{api_version}"
+        self._parser = parser if parser is not None else ParseOffload()
 
     async def snapshot(self) -> ClusterSnapshot:
         """See ``SchedulerReads.snapshot``: ``GET /jobs`` and ``GET /nodes``, concurrently.
@@ -102,7 +107,7 @@ class SlurmRestScheduler:
             ReboundError: Transport, HTTP, Slurm or parse failures, classified.
         """
         path = f"{self._prefix}/jobs"
-        return parse_jobs(await self._get(path), source=f"GET {path}")
+        return await self._parser.jobs(await self._get_content(path), source=f"GET {path}")
 
     async def get_job(self, job_id: int) -> SlurmJob | None:
         """See ``SchedulerReads.get_job`` (``GET /job/{id}``).
@@ -127,7 +132,7 @@ class SlurmRestScheduler:
             ReboundError: Transport, HTTP, Slurm or parse failures, classified.
         """
         path = f"{self._prefix}/nodes"
-        return parse_nodes(await self._get(path), source=f"GET {path}")
+        return await self._parser.nodes(await self._get_content(path), source=f"GET {path}")
 
     async def get_node(self, name: str) -> SlurmNode | None:
         """See ``SchedulerReads.get_node`` (``GET /node/{name}``).
@@ -161,6 +166,15 @@ class SlurmRestScheduler:
         """One GET; returns the JSON object of any 200 or 500 answer, whose ``errors`` the parser classifies.
 
         Raises:
+            ReboundError: As ``_get_content``, and ``SCHEDULER_BAD_RESPONSE`` for a body that is not JSON.
+        """
+        return load_payload(await self._get_content(path), source=f"GET {path}")
+
+    async def _get_content(self, path: str) -> bytes:
+        """One GET; the body of any 200 answer (unparsed: large ones are parsed off the event loop), or of a 500
+        answer that carries Slurm's ``errors`` (checked here), which the parser classifies.
+
+        Raises:
             ReboundError: Transport failures and HTTP statuses that carry no Slurm payload, classified.
         """
         source = f"GET {path}"
@@ -188,12 +202,13 @@ class SlurmRestScheduler:
             )
         if status == 405:
             raise ReboundError(FailureKind.SCHEDULER_UNSUPPORTED, f"{source}: HTTP 405: {_body(response)}")
-        if status == 200 or (status == 500 and _is_json(response)):
+        if status == 200:
+            return response.content
+        if status == 500 and _is_json(response):
             # Slurm's own failures are HTTP 500 with a JSON 'errors' list: classified by the parser.
-            payload = load_payload(response.content, source=source)
-            if status == 500 and not api_errors(payload, source=source):
+            if not api_errors(load_payload(response.content, source=source), source=source):
                 raise ReboundError(FailureKind.SCHEDULER_UNREACHABLE, f"{source}: HTTP 500 without errors")
-            return payload
+            return response.content
         if status >= 500:
             raise ReboundError(FailureKind.SCHEDULER_UNREACHABLE, f"{source}: HTTP {status}: {_body(response)}")
         raise ReboundError(FailureKind.SCHEDULER_BAD_RESPONSE, f"{source}: unexpected HTTP {status}: {_body(response)}")

@@ -77,12 +77,38 @@ class SnapshotCache:
                     raise self._error
                 if self._snapshot is not None:
                     return self._snapshot
-            started = self._clock()
-            self.fetches += 1
-            try:
-                snapshot = await self._reads.snapshot()
-            except ReboundError as e:
-                self._snapshot, self._error, self._taken_at = None, e, started
-                raise
-            self._snapshot, self._error, self._taken_at = snapshot, None, started
-            return snapshot
+            return await self._fetch()
+
+    async def taken_after(self, moment: float) -> ClusterSnapshot:
+        """A snapshot whose fetch started at or after ``moment`` (this cache's clock): a fresh observation.
+
+        Callers that ask at once share one fetch (a thousand JobRecoveries starting together cost a few listings,
+        not a thousand), and none gets a listing that was already under way before it asked, so the answer is as
+        fresh as its own ``squeue`` would have been.
+
+        Raises:
+            ReboundError: The scheduler could not be read by a fetch that started after ``moment``.
+        """
+        async with self._lock:
+            if self._taken_at >= moment:
+                if self._error is not None:
+                    raise self._error
+                if self._snapshot is not None:
+                    return self._snapshot
+            return await self._fetch()
+
+    async def _fetch(self) -> ClusterSnapshot:
+        """Ask the scheduler now and keep the answer (or its classified failure); the caller holds the lock."""
+        started = self._clock()
+        self.fetches += 1
+        try:
+            snapshot = await self._reads.snapshot()
+        except ReboundError as e:
+            self._snapshot, self._error, self._taken_at = None, e, started
+            raise
+        self._snapshot, self._error, self._taken_at = snapshot, None, started
+        return snapshot
+
+    def now(self) -> float:
+        """This cache's clock, for ``taken_after``."""
+        return self._clock()

@@ -16,7 +16,9 @@ from workflows.constants import fleet_workflow_id
 from workflows.domain.base import Frozen
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.fleet import FleetInput, FleetPolicy, IsolationRequest
+from workflows.domain.fleet_view import FleetView, FleetViewInput
 from workflows.domain.slurm import ClusterSnapshot
+from workflows.policy.fleet.view import build_fleet_view
 
 __all__ = ["FleetActivities", "ResumeNodeInput", "ResumeNodeResult"]
 
@@ -65,9 +67,17 @@ class FleetActivities:
 
     @activity.defn(name="fleet_cluster_view")
     async def cluster_view(self) -> ClusterSnapshot:
-        """A fresh read of every node and job (the Fleet decides against it, never against a cached one)."""
+        """A fresh read of every node and job: what Fleets started before ``fleet_view`` existed still call (their
+        histories replay against it). Past about 3,000 jobs its answer is over Temporal's 2 MB payload limit."""
         with classified_errors():
             return await self._scheduler.snapshot()
+
+    @activity.defn(name="fleet_view")
+    async def view(self, inp: FleetViewInput) -> FleetView:
+        """A fresh read of the cluster (the Fleet decides against it, never against a cached one), reduced here to
+        what one decision needs (``workflows.domain.fleet_view``): only that enters the Fleet's history."""
+        with classified_errors():
+            return build_fleet_view(await self._scheduler.snapshot(), inp)
 
     @activity.defn(name="fleet_resume_node")
     async def resume_node(self, inp: ResumeNodeInput) -> ResumeNodeResult:

@@ -1,6 +1,7 @@
 """The benchmarks that run against the local lab: ``rebound bench recovery`` (``deploy.bench.recovery``),
 ``rebound bench healthy`` (``deploy.bench.healthy``), ``rebound bench launchers`` (``deploy.bench.launchers``) and
-``rebound bench scale`` (``deploy.scale``: a synthetic cluster, no lab).
+``rebound bench scale`` (``deploy.scale``: a synthetic cluster, no lab); ``rebound bench slurm-scale``
+(``deploy.bench.slurm_scale``) runs the real Slurm at size on a lab of its own.
 
 They plug into the ``rebound`` CLI through the ``rebound.cli`` entry point ``bench-lab`` (``workers.cli_plugins``),
 beside the benchmarks that need no lab (``rebound bench detection|attribution``, in ``workers.bench``). Only the
@@ -34,6 +35,12 @@ def _run_launchers(args: argparse.Namespace) -> int:
     from deploy.bench.launchers_run import run_launchers_command
 
     return run_launchers_command(args)
+
+
+def _run_slurm_scale(args: argparse.Namespace) -> int:
+    from deploy.bench.scale_report import run_slurm_scale_command
+
+    return run_slurm_scale_command(args)
 
 
 def _run_scale(args: argparse.Namespace) -> int:
@@ -110,3 +117,22 @@ def register(commands: Commands) -> None:
     scale.add_argument("--log-budget-mb", type=int, default=4096, help="most job-log bytes written to /dev/shm")
     scale.add_argument("--keep", action="store_true", help="keep the run's process logs and Temporal database")
     scale.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
+    slurm = commands.benchmark(
+        "slurm-scale",
+        _run_slurm_scale,
+        help="real Slurm at size: a lab of N slurmd runs M small opted-in jobs; squeue/sinfo --json cost, watches, "
+        "detection of killed jobs and an XID",
+    )
+    slurm.add_argument("--nodes", type=int, default=64, help="slurmd daemons (default 64, the most the lab runs)")
+    slurm.add_argument("--jobs", type=int, default=1000, help="small opted-in jobs, one CPU each (default 1000)")
+    slurm.add_argument("--samples", type=int, default=5, help="runs of each of squeue/sinfo --json (default 5)")
+    slurm.add_argument("--kills", type=int, default=3, help="jobs killed among the watched, and again among the rest")
+    slurm.add_argument("--xid-nodes", type=int, default=1, help="nodes whose fake GPU raises XID 79 (default 1)")
+    slurm.add_argument("--window", type=float, default=60.0, help="seconds over which CPU is averaged (default 60)")
+    slurm.add_argument("--settle", type=float, default=30.0, help="seconds the watches get before they are counted")
+    slurm.add_argument("--timeout", type=float, default=120.0, help="seconds each fault round waits for Rebound")
+    slurm.add_argument("--keep-state", action="store_true", help="keep the scale lab's state directory afterwards")
+    slurm.add_argument(
+        "--down", action="store_true", help="only take down a scale lab left running (a killed run) and delete it"
+    )
+    slurm.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")

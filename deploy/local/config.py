@@ -51,7 +51,14 @@ class LabConfig(BaseSettings):
     # A requeued job is held for cred_expire + 1 s before it can start again.
     cred_expire_s: int = Field(5, ge=2)
     start_worker: bool = Field(True, description="Start the central Rebound worker.")
-    start_agents: bool = Field(True, description="Start one node agent per Slurm node.")
+    start_agents: bool = Field(True, description="Start the node agents (every node's task queue is served).")
+    nodes_per_agent: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Nodes one node-agent process serves (their queues rebound-node-<node>). 1: one agent per "
+        "node, production's shape; a large lab (64 nodes on a 2-core host) shares one process among many nodes.",
+    )
     ready_timeout_s: float = Field(60.0, gt=0, description="How long `up` waits for every part to be ready.")
 
     @field_validator("state_dir")
@@ -74,6 +81,13 @@ class LabConfig(BaseSettings):
     @property
     def node_names(self) -> list[str]:
         return [f"n{i}" for i in range(1, self.nodes + 1)]
+
+    def agent_groups(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Each node-agent process of the lab, as (service name, the nodes it serves): ``agent-n1`` when it
+        serves one node, ``agent-n1-n64`` when it serves nodes n1..n64."""
+        names = self.node_names
+        groups = [tuple(names[i : i + self.nodes_per_agent]) for i in range(0, len(names), self.nodes_per_agent)]
+        return [(f"agent-{g[0]}" if len(g) == 1 else f"agent-{g[0]}-{g[-1]}", g) for g in groups]
 
     def slurmd_port(self, node: str) -> int:
         return self.slurmd_port_base + self.node_names.index(node)

@@ -77,7 +77,7 @@ class Lab:
         services.append(ServiceStatus(name="temporal", pid=self.temporal.pid()))
         if self.cfg.start_agents:
             services += [
-                ServiceStatus(name=f"agent-{n}", pid=self.rebound.pid(f"agent-{n}")) for n in self.cfg.node_names
+                ServiceStatus(name=service, pid=self.rebound.pid(service)) for service, _ in self.cfg.agent_groups()
             ]
         if self.cfg.start_worker:
             services.append(ServiceStatus(name="worker", pid=self.rebound.pid("worker")))

@@ -168,17 +168,25 @@ def kill_and_wait(pids: Sequence[int], *, term_timeout_s: float = 10.0) -> None:
 
 def pids_holding(path: Path) -> list[int]:
     """Processes with an open file descriptor on ``path`` (how a node's slurmstepds are found)."""
-    target = str(path)
-    holders: list[int] = []
+    return pids_holding_any([path])[path]
+
+
+def pids_holding_any(paths: Sequence[Path]) -> dict[Path, list[int]]:
+    """For each of ``paths``, the processes holding it open: one walk of ``/proc`` for all of them (a 64-node lab
+    running 1,000 jobs has ~3,000 processes; a walk per node took minutes)."""
+    targets = {str(p): p for p in paths}
+    holders: dict[Path, list[int]] = {p: [] for p in paths}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
+            held: set[Path] = set()
             for fd in (entry / "fd").iterdir():
                 with contextlib.suppress(OSError):
-                    if os.readlink(fd) == target:
-                        holders.append(int(entry.name))
-                        break
+                    path = targets.get(os.readlink(fd))
+                    if path is not None and path not in held:
+                        held.add(path)
+                        holders[path].append(int(entry.name))
     return holders
 
 

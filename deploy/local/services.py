@@ -1,4 +1,5 @@
-"""Rebound's own processes in the lab: the central worker and one node agent per Slurm node."""
+"""Rebound's own processes in the lab: the central worker and the node agents (one per Slurm node, or one process
+serving many nodes' queues in a large lab: ``LabConfig.nodes_per_agent``)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,10 @@ class ReboundServices:
             FAKE_NVML_STATE=str(self.lay.nvml_state(node)),
         )
 
+    def shared_agent_env(self) -> dict[str, str]:
+        """A process serving several nodes reads their state files itself: no fake library, no node name."""
+        return dict(self.common_env(), REBOUND_NODE_AGENT__SLURM_CLUSTER=self.cfg.cluster_name)
+
     def prepare_gpus(self) -> None:
         """Build the fake NVML library and give every node a healthy state file (kept if it exists)."""
         from deploy.local.fake_nvml import build_fake_nvml  # needs gcc and nvml.h: only when agents start
@@ -81,13 +86,13 @@ class ReboundServices:
         rebound = [sys.executable, "-m", "workers.cli"]
         if self.cfg.start_agents:
             self.prepare_gpus()
-            for node in self.cfg.node_names:
-                if self.pid(f"agent-{node}") is None:
+            for service, nodes in self.cfg.agent_groups():
+                if self.pid(service) is None:
                     spawn(
-                        [*rebound, "node-agent"],
-                        log_file=self.lay.log_file(f"agent-{node}"),
-                        pid_file=self.lay.pid_file(f"agent-{node}"),
-                        env=self.agent_env(node),
+                        self.agent_argv(nodes),
+                        log_file=self.lay.log_file(service),
+                        pid_file=self.lay.pid_file(service),
+                        env=self.agent_env(nodes[0]) if len(nodes) == 1 else self.shared_agent_env(),
                     )
         if self.cfg.start_worker and self.pid("worker") is None:
             spawn(
@@ -100,7 +105,7 @@ class ReboundServices:
         if self.cfg.start_worker:
             queues.append(("worker", DEFAULT_TASK_QUEUE))
         if self.cfg.start_agents:
-            queues += [(f"agent-{n}", node_task_queue(n)) for n in self.cfg.node_names]
+            queues += [(service, node_task_queue(n)) for service, nodes in self.cfg.agent_groups() for n in nodes]
         for service, queue in queues:
             wait_until(
                 lambda s=service, q=queue: self._polling(s, q),
@@ -108,6 +113,24 @@ class ReboundServices:
                 f"{service} to poll task queue {queue} (see {self.lay.log_file(service)})",
                 0.3,
             )
+
+    def agent_argv(self, nodes: tuple[str, ...]) -> list[str]:
+        """One node: the real agent (``rebound node-agent``) over the fake NVML library. Several nodes: one process
+        serving each node's queue with the same agent code, each node's GPUs read from its fake NVML state file
+        (``deploy.local.node_agents``: NVML is one library per process, so one process cannot load 64 of them)."""
+        if len(nodes) == 1:
+            return [sys.executable, "-m", "workers.cli", "node-agent"]
+        return [
+            sys.executable,
+            "-m",
+            "deploy.local.node_agents",
+            "--nodes",
+            ",".join(nodes),
+            "--nvml-state-dir",
+            str(self.lay.nvml_dir),
+            "--gpus",
+            str(max(1, self.cfg.gpus_per_node)),
+        ]
 
     def _polling(self, service: str, queue: str) -> bool:
         if self.pid(service) is None:
@@ -137,7 +160,7 @@ class ReboundServices:
         return read_owned_pid(self.lay.pid_file(service), self.lay.state_dir)
 
     def services(self) -> list[str]:
-        return ["worker", *[f"agent-{n}" for n in self.cfg.node_names]]
+        return ["worker", *[service for service, _ in self.cfg.agent_groups()]]
 
     def stop(self) -> None:
         # SIGTERM lets each worker shut down gracefully (a SIGKILLed worker costs the next one ~10 s per workflow).

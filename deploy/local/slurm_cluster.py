@@ -13,7 +13,7 @@ from deploy.local.processes import (
     LabError,
     descendants,
     kill_and_wait,
-    pids_holding,
+    pids_holding_any,
     read_owned_pid,
     require_free_ports,
     run,
@@ -236,9 +236,10 @@ class SlurmCluster:
     def node_stepds(self, node: str | None = None) -> list[int]:
         """slurmstepd processes of this lab (of one node, if given): they hold the slurmd log open."""
         nodes = [node] if node else self.cfg.node_names
+        held = pids_holding_any([self.lay.slurmd_log(n) for n in nodes])
         found: list[int] = []
         for n in nodes:
-            found += [p for p in pids_holding(self.lay.slurmd_log(n)) if p != self.pid(f"slurmd-{n}")]
+            found += [p for p in held[self.lay.slurmd_log(n)] if p != self.pid(f"slurmd-{n}")]
         return found
 
     def _stop(self, service: str) -> None:

@@ -19,8 +19,9 @@ from activities.temporal.rebound_workflows import query_job_status
 from deploy.scale.stack import CLUSTER, Stack
 from workflows.constants import JOB_RECOVERY_WORKFLOW, job_workflow_id
 from workflows.domain.incident import Incident
+from workflows.domain.recovery import JobRecoveryStatus
 
-__all__ = ["history_events", "incidents", "wait_watched", "waiting_activities"]
+__all__ = ["history_events", "incidents", "statuses", "wait_watched", "waiting_activities"]
 
 #: An activity scheduled this long ago and not started (nor waiting out a retry backoff) waits for a slot.
 WAITING_AFTER_S = 10.0
@@ -44,16 +45,23 @@ async def wait_watched(client: Client, jobs: int, stack: Stack, timeout_s: float
 async def incidents(
     client: Client, job_ids: list[int], *, attempts: int = 1, timeout_s: float = 30.0
 ) -> dict[int, tuple[Incident, ...]]:
-    """Each job's incidents (its JobRecovery's ``status`` query); a job whose query fails every attempt (a worker
-    too busy to answer) is left out and named on stderr."""
-    out: dict[int, tuple[Incident, ...]] = {}
+    """Each job's incidents (``statuses``)."""
+    found = await statuses(client, job_ids, attempts=attempts, timeout_s=timeout_s)
+    return {job_id: status.incidents for job_id, status in found.items()}
+
+
+async def statuses(
+    client: Client, job_ids: list[int], *, attempts: int = 1, timeout_s: float = 30.0
+) -> dict[int, JobRecoveryStatus]:
+    """Each job's JobRecovery ``status`` query; a job whose query fails every attempt (a worker too busy to
+    answer) is left out and named on stderr."""
+    out: dict[int, JobRecoveryStatus] = {}
     sem = asyncio.Semaphore(16)
 
     async def one(job_id: int) -> None:
         async with sem:
             try:
-                status = await query_job_status(client, job_workflow_id(CLUSTER, job_id), timeout_s=timeout_s)
-                out[job_id] = status.incidents
+                out[job_id] = await query_job_status(client, job_workflow_id(CLUSTER, job_id), timeout_s=timeout_s)
             except Exception as e:  # noqa: BLE001 - a job we cannot read now is asked again, then reported
                 if attempts <= 1:
                     print(f"  job {job_id}: status query failed: {type(e).__name__} {e}", file=sys.stderr)

@@ -22,10 +22,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
 from activities.slurm.hostlist import compress
@@ -43,7 +45,7 @@ from workers.client import connect
 from workers.settings import TemporalSettings
 from workflows.domain.incident import Incident
 
-__all__ = ["ScaleOptions", "run_scale_command"]
+__all__ = ["LogWriter", "ScaleCluster", "ScaleOptions", "inject", "run_scale_command", "scale_cluster"]
 
 #: Bytes of one step line (about 100) x ranks x jobs x seconds must fit this tmpfs budget unless raised.
 DEFAULT_LOG_BUDGET_MB = 4096
@@ -63,7 +65,7 @@ class ScaleOptions:
     seed: int = 12
 
 
-class _Writer:
+class LogWriter:
     """The log writer process and its answers (``deploy.scale.logwriter``)."""
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
@@ -104,8 +106,8 @@ class _Writer:
         self.reader.cancel()
 
 
-async def _inject(
-    fault: PlannedFault, fake: FakeSlurm, writer: _Writer, nvml_dir: Path, record: list[InjectedFault]
+async def inject(
+    fault: PlannedFault, fake: FakeSlurm, writer: LogWriter, nvml_dir: Path, record: list[InjectedFault]
 ) -> None:
     job = fake.cluster.jobs[fault.job_id]
     node = job.node
@@ -135,43 +137,66 @@ def _parse_seconds(root: Path) -> float:
     return round(statistics.median(times), 4)
 
 
-async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
-    per_kind = faults_per_kind(jobs, opts.faults)
-    window_s = opts.minutes * 60.0
-    budget = _LINE_BYTES * opts.ranks * jobs * (window_s + opts.warmup_s + opts.settle_s + 300)
-    if budget > opts.log_budget_mb * 1024 * 1024:
-        raise ValueError(
-            f"{jobs} jobs x {opts.ranks} ranks for this long write ~{budget / 2**20:.0f} MB of logs: "
-            f"raise --log-budget-mb (tmpfs) or shorten --minutes"
-        )
-    name = f"rebound-scale-{os.getpid()}-{jobs}"
+@dataclass
+class ScaleCluster:
+    """A synthetic cluster with the real processes watching it (``scale_cluster``): what a run drives and reads."""
+
+    cluster: SyntheticCluster
+    fake: FakeSlurm
+    writer: LogWriter
+    stack: Stack
+    client: Client
+    shm: Path
+    """Job logs, listings and fake GPU states (``/dev/shm``, removed at the end)."""
+    work: Path
+    """Process logs, the Temporal database, the worker's state."""
+
+
+@contextlib.asynccontextmanager
+async def scale_cluster(
+    jobs: int,
+    *,
+    ranks: int,
+    spare_nodes: int,
+    push_poll_s: float,
+    log_budget_mb: int,
+    keep: bool = False,
+    worker_env: Mapping[str, str] | None = None,
+    stop_timeout_s: float = 20.0,
+) -> AsyncIterator[ScaleCluster]:
+    """Generate and serve the cluster, start the log writer, Temporal, the node agents and one worker; yield once
+    the worker has started (the caller waits for what it needs: ``reads.wait_watched``); stop all at the end.
+
+    ``worker_env``: settings for the worker beyond the benchmark's (``REBOUND_...`` variables; the benchmark passes
+    none: production settings). ``stop_timeout_s``: how long each process may take to stop at the end (SIGTERM,
+    then SIGKILL)."""
+    name = f"rebound-scale-{os.getpid()}-{jobs}-{time.monotonic_ns()}"
     shm, work = Path("/dev/shm") / name, Path(tempfile.gettempdir()) / name
     for d in (shm / "logs", shm / "nvml", work / "state"):
         d.mkdir(parents=True, exist_ok=True)
-    spare = max(8, jobs // 5 + per_kind * 2)
     cluster = SyntheticCluster.create(
         jobs=jobs,
-        ranks=opts.ranks,
-        spare_nodes=spare,
+        ranks=ranks,
+        spare_nodes=spare_nodes,
         log_root=str(shm / "logs"),
         user=(getpass.getuser(), os.getuid()),
         now=time.time(),
     )
-    stack = Stack(work=work, bin_dir=shm / "bin")
+    stack = Stack(work=work, bin_dir=shm / "bin", worker_env=dict(worker_env or {}))
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "deploy.scale.logwriter",
         str(shm / "logs"),
         "--ranks",
-        str(opts.ranks),
+        str(ranks),
         "--max-bytes",
-        str(opts.log_budget_mb * 1024 * 1024),
+        str(log_budget_mb * 1024 * 1024),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         env=stack.rebound_env(work / "state"),
     )
-    writer = _Writer(proc)
+    writer = LogWriter(proc)
     fake = FakeSlurm(cluster, shm, writer.change)
     ticker: asyncio.Task[None] | None = None
     try:
@@ -188,116 +213,142 @@ async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
         ticker = asyncio.create_task(tick())
         stack.start_temporal()
         client = await _connect(stack)
-        stack.start_agents(compress(list(cluster.nodes)), shm / "nvml", opts.ranks, opts.push_poll_s, work / "state")
+        stack.start_agents(compress(list(cluster.nodes)), shm / "nvml", ranks, push_poll_s, work / "state")
         stack.start_worker(0, work / "state")
-        print(f"[{jobs} jobs] stack up (temporal {stack.address}); waiting for every job's JobRecovery", flush=True)
-        t_up = time.monotonic()
-        recovering = await wait_watched(client, jobs, stack, timeout_s=max(180.0, jobs * 0.9))
-        print(
-            f"[{jobs} jobs] {recovering} JobRecovery workflows running after {time.monotonic() - t_up:.0f} s",
-            flush=True,
-        )
-        await asyncio.sleep(opts.warmup_s)
-        plan = plan_faults(
-            list(cluster.jobs),
-            per_kind,
-            start_s=min(10.0, window_s / 6),
-            end_s=window_s * 0.85,
-            ranks=opts.ranks,
-            seed=opts.seed,
-        )
-        pids = {
-            "worker": stack.procs["worker-0"].pid,
-            "server": stack.procs["temporal"].pid,
-            "agents": stack.procs["agents"].pid,
-            "writer": proc.pid,
-        }
-        sampler = ProcSampler(pids)
-        before = actions_from_metrics(await asyncio.to_thread(scrape, stack.metrics_url), "default")
-        w0 = datetime.now(UTC)
-        sampler.start()
-        print(f"[{jobs} jobs] window of {opts.minutes:g} min, {len(plan)} faults; load {_load()}", flush=True)
-        injected: list[InjectedFault] = []
-        pending = list(plan)
-        started = time.monotonic()
-        injections: list[asyncio.Task[None]] = []
-        while (elapsed := time.monotonic() - started) < window_s:
-            while pending and pending[0].at_s <= elapsed:
-                injections.append(asyncio.create_task(_inject(pending.pop(0), fake, writer, shm / "nvml", injected)))
-            sampler.sample()
-            stack.check_alive()
-            await asyncio.sleep(1.0)
-        cores = sampler.cores()
-        w1 = datetime.now(UTC)
-        after = actions_from_metrics(await asyncio.to_thread(scrape, stack.metrics_url), "default")
-        by_type = sorted(((after[k] - before.get(k, 0.0), k) for k in after), reverse=True)[:8]
-        print(f"[{jobs} jobs] actions in the window by type: " + ", ".join(f"{k} {v:.0f}" for v, k in by_type if v))
-        waiting = await waiting_activities(client, list(cluster.jobs))
-        print(f"[{jobs} jobs] activities waiting > 10 s for a worker slot at the window's end: {dict(waiting)}")
-        await asyncio.gather(*injections)
-        print(f"[{jobs} jobs] window closed (load {_load()}); settling up to {opts.settle_s:.0f} s", flush=True)
-        found = await _settle(client, injected, opts.settle_s)
-        rest = [j for j in cluster.jobs if j not in found]
-        found.update(await incidents(client, rest, attempts=3, timeout_s=60.0))
-        unread = [j for j in cluster.jobs if j not in found]
-        if unread:
-            print(f"[{jobs} jobs] {len(unread)} job(s) never answered their status query: {unread[:20]}", flush=True)
-        outcomes, false_count, extra = score(injected, found)
-        costs = Costs(
-            window_s=round((w1 - w0).total_seconds(), 1),
-            worker_cpu_cores=cores["worker"],
-            worker_rss_mb=round(sampler.peak_rss["worker"], 1),
-            server_cpu_cores=cores["server"],
-            server_rss_mb=round(sampler.peak_rss["server"], 1),
-            machine_cpu_cores=cores["machine"],
-            actions=sum(after.values()) - sum(before.values()),
-            heartbeats=after.get(HEARTBEAT_ACTION, 0.0) - before.get(HEARTBEAT_ACTION, 0.0),
-            history_events=await history_events(client, w0, w1),
-            snapshot_parse_s=_parse_seconds(shm),
-            agents_cpu_cores=cores["agents"],
-            writer_cpu_cores=cores["writer"],
-        )
-        verbs = Counter(" ".join(str(a) for a in c["argv"][:1]) for c in fake.commands)
-        print(
-            f"[{jobs} jobs] scontrol calls: {dict(verbs)}; restarts: "
-            f"{sum(j.restart_count for j in cluster.jobs.values())}",
-            flush=True,
-        )
-        return RunResult(
-            jobs=jobs,
-            ranks=opts.ranks,
-            workers=1,
-            minutes=opts.minutes,
-            costs=costs,
-            faults=outcomes,
-            false_incidents=false_count,
-            extra_incidents=extra,
-            scheduler_commands=len(fake.commands),
-            unknown_commands=tuple(cluster.unknown_commands),
-            waiting_activities=dict(waiting),
-            restarts=sum(j.restart_count for j in cluster.jobs.values()),
-            jobs_recovering=recovering,
-        )
+        yield ScaleCluster(cluster, fake, writer, stack, client, shm, work)
     finally:
         if ticker is not None:
             ticker.cancel()
-        stack.stop([n for n in stack.procs if n != "temporal"])
-        stack.stop()
+        stack.stop([n for n in stack.procs if n != "temporal"], stop_timeout_s)
+        stack.stop(term_timeout_s=stop_timeout_s)
         await writer.close()
         await fake.stop()
         shutil.rmtree(shm, ignore_errors=True)
-        if not opts.keep:
+        if not keep:
             shutil.rmtree(work, ignore_errors=True)
 
 
+async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
+    per_kind = faults_per_kind(jobs, opts.faults)
+    window_s = opts.minutes * 60.0
+    budget = _LINE_BYTES * opts.ranks * jobs * (window_s + opts.warmup_s + opts.settle_s + 300)
+    if budget > opts.log_budget_mb * 1024 * 1024:
+        raise ValueError(
+            f"{jobs} jobs x {opts.ranks} ranks for this long write ~{budget / 2**20:.0f} MB of logs: "
+            f"raise --log-budget-mb (tmpfs) or shorten --minutes"
+        )
+    async with scale_cluster(
+        jobs,
+        ranks=opts.ranks,
+        spare_nodes=max(8, jobs // 5 + per_kind * 2),
+        push_poll_s=opts.push_poll_s,
+        log_budget_mb=opts.log_budget_mb,
+        keep=opts.keep,
+    ) as run:
+        return await _measure(run, jobs, per_kind, opts)
+
+
+async def _measure(run: ScaleCluster, jobs: int, per_kind: int, opts: ScaleOptions) -> RunResult:
+    cluster, fake, writer, stack, client, shm = run.cluster, run.fake, run.writer, run.stack, run.client, run.shm
+    window_s = opts.minutes * 60.0
+    print(f"[{jobs} jobs] stack up (temporal {stack.address}); waiting for every job's JobRecovery", flush=True)
+    t_up = time.monotonic()
+    recovering = await wait_watched(client, jobs, stack, timeout_s=max(180.0, jobs * 0.9))
+    print(f"[{jobs} jobs] {recovering} JobRecovery workflows running after {time.monotonic() - t_up:.0f} s", flush=True)
+    await asyncio.sleep(opts.warmup_s)
+    plan = plan_faults(
+        list(cluster.jobs),
+        per_kind,
+        start_s=min(10.0, window_s / 6),
+        end_s=window_s * 0.85,
+        ranks=opts.ranks,
+        seed=opts.seed,
+    )
+    pids = {
+        "worker": stack.procs["worker-0"].pid,
+        "server": stack.procs["temporal"].pid,
+        "agents": stack.procs["agents"].pid,
+        "writer": writer.proc.pid,
+    }
+    sampler = ProcSampler(pids)
+    before = actions_from_metrics(await asyncio.to_thread(scrape, stack.metrics_url), "default")
+    w0 = datetime.now(UTC)
+    sampler.start()
+    print(f"[{jobs} jobs] window of {opts.minutes:g} min, {len(plan)} faults; load {_load()}", flush=True)
+    injected: list[InjectedFault] = []
+    pending = list(plan)
+    started = time.monotonic()
+    injections: list[asyncio.Task[None]] = []
+    while (elapsed := time.monotonic() - started) < window_s:
+        while pending and pending[0].at_s <= elapsed:
+            injections.append(asyncio.create_task(inject(pending.pop(0), fake, writer, shm / "nvml", injected)))
+        sampler.sample()
+        stack.check_alive()
+        await asyncio.sleep(1.0)
+    cores = sampler.cores()
+    w1 = datetime.now(UTC)
+    after = actions_from_metrics(await asyncio.to_thread(scrape, stack.metrics_url), "default")
+    by_type = sorted(((after[k] - before.get(k, 0.0), k) for k in after), reverse=True)[:8]
+    print(f"[{jobs} jobs] actions in the window by type: " + ", ".join(f"{k} {v:.0f}" for v, k in by_type if v))
+    waiting = await waiting_activities(client, list(cluster.jobs))
+    print(f"[{jobs} jobs] activities waiting > 10 s for a worker slot at the window's end: {dict(waiting)}")
+    await asyncio.gather(*injections)
+    print(f"[{jobs} jobs] window closed (load {_load()}); settling up to {opts.settle_s:.0f} s", flush=True)
+    found = await _settle(client, injected, opts.settle_s)
+    rest = [j for j in cluster.jobs if j not in found]
+    found.update(await incidents(client, rest, attempts=3, timeout_s=60.0))
+    unread = [j for j in cluster.jobs if j not in found]
+    if unread:
+        print(f"[{jobs} jobs] {len(unread)} job(s) never answered their status query: {unread[:20]}", flush=True)
+    outcomes, false_count, extra = score(injected, found)
+    costs = Costs(
+        window_s=round((w1 - w0).total_seconds(), 1),
+        worker_cpu_cores=cores["worker"],
+        worker_rss_mb=round(sampler.peak_rss["worker"], 1),
+        server_cpu_cores=cores["server"],
+        server_rss_mb=round(sampler.peak_rss["server"], 1),
+        machine_cpu_cores=cores["machine"],
+        actions=sum(after.values()) - sum(before.values()),
+        heartbeats=after.get(HEARTBEAT_ACTION, 0.0) - before.get(HEARTBEAT_ACTION, 0.0),
+        history_events=await history_events(client, w0, w1),
+        snapshot_parse_s=_parse_seconds(shm),
+        agents_cpu_cores=cores["agents"],
+        writer_cpu_cores=cores["writer"],
+    )
+    verbs = Counter(" ".join(str(a) for a in c["argv"][:1]) for c in fake.commands)
+    print(
+        f"[{jobs} jobs] scontrol calls: {dict(verbs)}; restarts: {sum(j.restart_count for j in cluster.jobs.values())}",
+        flush=True,
+    )
+    return RunResult(
+        jobs=jobs,
+        ranks=opts.ranks,
+        workers=1,
+        minutes=opts.minutes,
+        costs=costs,
+        faults=outcomes,
+        false_incidents=false_count,
+        extra_incidents=extra,
+        scheduler_commands=len(fake.commands),
+        unknown_commands=tuple(cluster.unknown_commands),
+        waiting_activities=dict(waiting),
+        restarts=sum(j.restart_count for j in cluster.jobs.values()),
+        jobs_recovering=recovering,
+    )
+
+
 async def _connect(stack: Stack) -> Client:
+    """A client once the dev server serves the namespace: it answers before its namespace is registered, and a
+    worker or agent started in that gap exits ("Namespace default is not found", seen on a loaded machine)."""
     deadline = time.monotonic() + 60
     while True:
         stack.check_alive()
         with contextlib.suppress(Exception):
-            return await connect(TemporalSettings(address=stack.address))
+            client = await connect(TemporalSettings(address=stack.address))
+            await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=client.namespace))
+            return client
         if time.monotonic() > deadline:
-            raise RuntimeError("the Temporal dev server did not answer within 60 s")
+            raise RuntimeError("the Temporal dev server did not serve its namespace within 60 s")
         await asyncio.sleep(1.0)
 
 

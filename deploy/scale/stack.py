@@ -44,6 +44,8 @@ class Stack:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     temporal_port: int = 0
     metrics_port: int = 0
+    worker_env: dict[str, str] = field(default_factory=dict)
+    """Settings for the worker(s) beyond the benchmark's own (``REBOUND_...``); empty: production settings."""
 
     @property
     def address(self) -> str:
@@ -106,9 +108,8 @@ class Stack:
         return env
 
     def start_worker(self, index: int, state_dir: Path) -> int:
-        return self.spawn(
-            f"worker-{index}", [sys.executable, "-m", "workers.cli", "worker"], self.rebound_env(state_dir)
-        )
+        env = {**self.rebound_env(state_dir), **self.worker_env}
+        return self.spawn(f"worker-{index}", [sys.executable, "-m", "workers.cli", "worker"], env)
 
     def start_agents(self, hostlist: str, nvml_dir: Path, gpus: int, push_poll_s: float, state_dir: Path) -> int:
         argv = [

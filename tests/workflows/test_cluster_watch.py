@@ -23,7 +23,7 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 from activities.slurm.snapshots import SnapshotCache
 from activities.temporal.discovery import DiscoveryActivities, StartJobRecovery, TemporalJobRecoveryStarter
 from tests.fakes.scheduler import FakeScheduler
-from workflows.cluster_watch import ClusterWatchWorkflow
+from workflows.cluster_watch import MAX_STARTS_PER_ROUND, ClusterWatchWorkflow
 from workflows.constants import CLUSTER, JOB_ID, JOB_RECOVERY_WORKFLOW, cluster_watch_workflow_id, job_workflow_id
 from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.discovery import (
@@ -139,6 +139,19 @@ async def test_opted_in_job_is_started_once_across_rounds_and_continue_as_new(
     assert st.started == 1
     assert st.discoveries >= 2 and st.last_discovery_at is not None  # the last run may not have finished a round
     assert st.errors == ()
+
+
+async def test_a_round_starts_at_most_its_cap_and_the_next_round_the_rest(
+    temporal_client: Client, task_queue: str
+) -> None:
+    """501 opted-in jobs at once: 500 are started in the first round, the last one in the next (after a look at
+    the history's size), so one round never adds thousands of events."""
+    sched, rec = FakeScheduler(nodes=[f"n{i}" for i in range(MAX_STARTS_PER_ROUND + 1)]), _Recorder()
+    jobs = [_submit(sched, "rebound: budget=1") for _ in range(MAX_STARTS_PER_ROUND + 1)]
+    async with _cluster_watch(temporal_client, task_queue, sched, rec) as handle:
+        st = await _until(handle, lambda s: len(s.known) == len(jobs), timeout_s=120)
+    assert st.discoveries >= 2 and st.started == len(jobs)
+    assert sorted(rec.job_ids()) == sorted(j.job_id for j in jobs)
 
 
 async def test_jobs_without_opt_in_are_never_started(temporal_client: Client, task_queue: str) -> None:

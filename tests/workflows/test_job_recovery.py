@@ -92,6 +92,7 @@ class Harness:
                 submissions.resubmit_job,
                 fleet.request_isolation,
                 fleet.cluster_view,
+                fleet.view,
                 fleet.resume_node,
                 NotifyActivities(None).notify_webhook,  # no webhook configured: "disabled" at once
                 *self.extra_activities(),

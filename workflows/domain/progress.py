@@ -19,6 +19,9 @@ Rules of ``observe``:
 * A timestamp later than ``now`` (a node clock ahead of the watcher's) is taken as ``now``.
 * After ``note_restart`` (the job was requeued), a rank's first step line starts its clock afresh: the gap across
   the restart is not a step gap.
+* At most ``MAX_TRACKED_RANKS`` ranks are tracked one by one (the first seen); the lines of any other rank are
+  folded into one summary (``UntrackedRanks``), so the state stays under ``PROGRESS_STATE_MAX_BYTES`` whatever rank
+  numbers a job's lines claim (``workflows.domain.bounds``).
 """
 
 from __future__ import annotations
@@ -32,28 +35,24 @@ from enum import StrEnum
 from pydantic import Field, field_validator
 
 from workflows.domain.base import Frozen
+from workflows.domain.bounds import MAX_TRACKED_RANKS, PROGRESS_RING, RANKS_NOTE
 
 __all__ = [
     "DEFAULT_RING",
     "MAX_DURATION_S",
-    "MAX_RANKS",
     "ProgressSample",
     "ProgressSignal",
     "ProgressState",
     "RankProgress",
+    "UntrackedRanks",
     "aware",
     "note_activity",
     "note_restart",
     "observe",
 ]
 
-#: How many recent gaps and step/compute times each rank keeps (the ring's length): 64 is ~13 s of 0.2 s steps,
-#: enough for a p99 once pooled across ranks, and ~1.7 KB of JSON per rank (use a shorter ring past ~500 ranks:
-#: Temporal rejects heartbeat details over 2 MB).
-DEFAULT_RING = 64
-#: Ranks beyond this many are not tracked (a bound on memory, whatever rank numbers a log claims); their samples
-#: are counted as ignored.
-MAX_RANKS = 16384
+#: How many recent gaps and step/compute times each rank keeps (``workflows.domain.bounds.PROGRESS_RING``).
+DEFAULT_RING = PROGRESS_RING
 #: A duration above this (30 days) is a parse accident, not a measurement.
 MAX_DURATION_S = 30 * 24 * 3600.0
 # Decimals kept: milliseconds for gaps (what log timestamps resolve), microseconds for logged times; short JSON.
@@ -148,6 +147,26 @@ class RankProgress(Frozen):
         return max(times, default=None)
 
 
+class UntrackedRanks(Frozen):
+    """The ranks past ``MAX_TRACKED_RANKS``, summarised: enough to tell that they still step, nothing per rank."""
+
+    highest_rank: int = Field(ge=0)
+    """The highest rank number their lines named: the job has at least this many + 1 ranks."""
+    samples: int = Field(0, ge=0)
+    """Their step lines (and heartbeat touches) folded in."""
+    last_step: int | None = None
+    """The highest step any of them logged."""
+    last_progress_at: datetime | None = None
+    """The latest step line of any of them."""
+    last_activity_at: datetime | None = None
+    """The latest heartbeat file touch of any of them."""
+
+    @property
+    def last_heard_at(self) -> datetime | None:
+        times = [t for t in (self.last_progress_at, self.last_activity_at) if t is not None]
+        return max(times, default=None)
+
+
 class ProgressState(Frozen):
     """Progress of one job's ranks, carried from poll to poll."""
 
@@ -169,14 +188,26 @@ class ProgressState(Frozen):
     """Consecutive timing samples the whole job was slower than its baseline."""
     job_seen_total: int = Field(0, ge=0)
     ignored: int = Field(0, ge=0)
-    """Samples dropped: duplicates, old lines read late, ranks over ``MAX_RANKS``."""
+    """Samples dropped: duplicates and old lines read late (of tracked ranks)."""
+    untracked: UntrackedRanks | None = None
+    """The ranks past ``MAX_TRACKED_RANKS``, summarised; None while every rank is tracked."""
 
     def rank(self, rank: int) -> RankProgress | None:
         return next((r for r in self.ranks if r.rank == rank), None)
 
     @property
     def ever_progressed(self) -> bool:
-        return any(r.last_step is not None for r in self.ranks)
+        return any(r.last_step is not None for r in self.ranks) or (
+            self.untracked is not None and self.untracked.last_step is not None
+        )
+
+    @property
+    def ranks_note(self) -> str:
+        """What the timeline says once the job's lines name more ranks than are tracked; "" while all are."""
+        if self.untracked is None:
+            return ""
+        seen = max(self.untracked.highest_rank + 1, len(self.ranks) + 1)
+        return RANKS_NOTE.format(tracked=len(self.ranks), seen=seen, cap=MAX_TRACKED_RANKS)
 
 
 @dataclass
@@ -280,12 +311,13 @@ def observe(state: ProgressState, samples: Iterable[ProgressSample], now: dateti
     work: dict[int, _Rank] = {r.rank: _Rank.of(r, state.ring) for r in state.ranks}
     longest = state.longest_gap_s
     ignored = state.ignored
+    untracked = state.untracked
     for sample in sorted(samples, key=lambda s: s.at):
         at = min(sample.at, now)
         rank = work.get(sample.rank)
         if rank is None:
-            if len(work) >= MAX_RANKS:
-                ignored += 1
+            if len(work) >= MAX_TRACKED_RANKS:
+                untracked = _summarise(untracked, sample.rank, at, step=sample.step)
                 continue
             rank = work[sample.rank] = _Rank.of(RankProgress(rank=sample.rank, first_seen=at), state.ring)
         gap = rank.apply(sample, at, state.restarted_at)
@@ -299,8 +331,21 @@ def observe(state: ProgressState, samples: Iterable[ProgressSample], now: dateti
             "watching_since": state.watching_since or now,
             "longest_gap_s": longest,
             "ignored": ignored,
+            "untracked": untracked,
         }
     )
+
+
+def _summarise(summary: UntrackedRanks | None, rank: int, at: datetime, *, step: int | None = None) -> UntrackedRanks:
+    """``summary`` with one more line (``step`` set) or heartbeat touch of an untracked rank."""
+    s = summary or UntrackedRanks(highest_rank=rank)
+    update: dict[str, object] = {"highest_rank": max(s.highest_rank, rank), "samples": s.samples + 1}
+    if step is not None:
+        update["last_step"] = step if s.last_step is None else max(s.last_step, step)
+        update["last_progress_at"] = at if s.last_progress_at is None else max(s.last_progress_at, at)
+    elif s.last_activity_at is None or at > s.last_activity_at:
+        update["last_activity_at"] = at
+    return s.model_copy(update=update)
 
 
 def note_activity(state: ProgressState, rank: int, at: datetime) -> ProgressState:
@@ -314,8 +359,8 @@ def note_activity(state: ProgressState, rank: int, at: datetime) -> ProgressStat
         raise ValueError(f"rank must be >= 0, got {rank}")
     current = state.rank(rank)
     if current is None:
-        if len(state.ranks) >= MAX_RANKS:
-            return state.model_copy(update={"ignored": state.ignored + 1})
+        if len(state.ranks) >= MAX_TRACKED_RANKS:
+            return state.model_copy(update={"untracked": _summarise(state.untracked, rank, at)})
         current = RankProgress(rank=rank, first_seen=at)
     elif current.last_activity_at is not None and current.last_activity_at >= at:
         return state

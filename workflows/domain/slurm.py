@@ -7,14 +7,15 @@ vocabulary, since Slurm is the first and main scheduler. Adapters in ``activitie
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 from workflows.domain.base import Frozen
 
-_T = TypeVar("_T")
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 class JobState(StrEnum):
@@ -197,36 +198,24 @@ class ClusterSnapshot(Frozen):
     nodes: tuple[SlurmNode, ...] = ()
 
     def job(self, job_id: int) -> SlurmJob | None:
-        """The job with this id, or None when the scheduler no longer (or not yet) lists it."""
-        if len(self.jobs) < _INDEX_FROM:
-            return next((j for j in self.jobs if j.job_id == job_id), None)
-        return _indexed(self.jobs, lambda j: j.job_id).get(job_id)
+        """The job with this id, or None when the scheduler no longer (or not yet) lists it. O(1) after the first
+        lookup: every watched job looks itself up in the same snapshot each poll."""
+        return _indexed(self, "_jobs_by_id", self.jobs, lambda j: j.job_id).get(job_id)
 
     def node(self, name: str) -> SlurmNode | None:
-        """The node with this name, or None when it is not part of the cluster."""
-        if len(self.nodes) < _INDEX_FROM:
-            return next((n for n in self.nodes if n.name == name), None)
-        return _indexed(self.nodes, lambda n: n.name).get(name)
+        """The node with this name, or None when it is not part of the cluster (O(1) after the first lookup)."""
+        return _indexed(self, "_nodes_by_name", self.nodes, lambda n: n.name).get(name)
 
 
-# Lookups in a large snapshot go through an index built at its first lookup: a watch hub asks once per job per poll,
-# and a scan of 5,000 jobs each time made a poll quadratic. The index lives beside the model, not in it (a field or
-# private attribute would change the model's equality and travel in its copies), keyed by the identity of the tuple
-# it indexes (kept alive by the entry, so the id cannot be reused meanwhile). Only the last few are kept: a worker
-# reads one shared snapshot at a time. The first of equal keys wins, as the scan did.
-_INDEX_FROM = 32
-_INDEX_KEEP = 8
-_indexes: dict[int, tuple[tuple[Any, ...], dict[Any, Any]]] = {}
-
-
-def _indexed(items: tuple[_T, ...], key: Callable[[_T], object]) -> dict[Any, _T]:
-    entry = _indexes.get(id(items))
-    if entry is not None and entry[0] is items:
-        return entry[1]
-    index: dict[Any, _T] = {}
+def _indexed(owner: Frozen, slot: str, items: tuple[_V, ...], key: Callable[[_V], _K]) -> Mapping[_K, _V]:
+    """``items`` by ``key`` (the first of duplicates, as a scan finds it), built once per tuple and kept beside the
+    model's fields like a ``cached_property``: never serialised nor compared. The cache remembers which tuple it
+    indexes, so a ``model_copy(update=...)`` that replaces the tuple gets a new index, not the copied stale one."""
+    cached = owner.__dict__.get(slot)
+    if cached is not None and cached[0] is items:
+        return cast("Mapping[_K, _V]", cached[1])
+    index: dict[_K, _V] = {}
     for item in items:
         index.setdefault(key(item), item)
-    while len(_indexes) >= _INDEX_KEEP:
-        _indexes.pop(next(iter(_indexes)), None)  # the oldest (threads racing here at worst rebuild one)
-    _indexes[id(items)] = (items, index)
+    owner.__dict__[slot] = (items, index)
     return index

@@ -53,8 +53,16 @@ class Recorder:
         return ledger.incident(self.status, number)
 
     def update(self, **fields: Any) -> None:
-        """Replace fields of the state (``progress``, ``last_job``...); the status goes through ``set_status``."""
+        """Replace fields of the state (``progress``, ``last_job``...); the status goes through ``set_status``.
+
+        A progress that tracks fewer ranks than the job's lines name (``workflows.domain.bounds``) is said in the
+        timeline once, when it first does (no command: the timeline is state).
+        """
+        before = self.state.progress
         self.state = self.state.model_copy(update=fields)
+        after = self.state.progress
+        if after is not None and after.ranks_note and (before is None or not before.ranks_note):
+            self.record("LIMIT", after.ranks_note)
 
     def set_status(self, status: JobRecoveryStatus) -> None:
         self.state = self.state.model_copy(update={"status": status})

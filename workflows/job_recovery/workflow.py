@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.domain.slurm import JobState, SlurmJob
     from workflows.domain.watch_hub import WatchEvent
     from workflows.domain.watch_routing import WatchRouting, shard_of
+    from workflows.history import continue_as_new_due
     from workflows.job_recovery.recorder import Recorder
     from workflows.notify import notify
     from workflows.policy.recovery import (
@@ -69,6 +70,8 @@ with workflow.unsafe.imports_passed_through():
 
 #: Patch id (docs/adr/012): anchor the log offsets before the first watch (``scheduler.anchor_logs``).
 ANCHOR_LOGS_PATCH = "11-anchor-logs-before-first-watch"
+#: Continue as new once the history passes Rebound's own bound, not only when the server suggests it.
+HISTORY_BOUND_PATCH = "12-job-history-bound"
 
 #: What the watch hands over: the job as last seen, the anomaly (None: only a change), the log findings with it.
 Watched = tuple[SlurmJob, Anomaly | None, tuple[LogFinding, ...]]
@@ -156,7 +159,7 @@ class JobRecoveryWorkflow:
         findings: tuple[LogFinding, ...] = ()
         while True:
             if pending is None:
-                if workflow.info().is_continue_as_new_suggested():
+                if continue_as_new_due(HISTORY_BOUND_PATCH):
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     # rec.inp: after a resubmission the input names the job this lineage runs as now (ADR 014).
                     workflow.continue_as_new(rec.inp.model_copy(update={"carried": state.carry(rec.state)}))

@@ -122,17 +122,22 @@ def assess_hang(
     )
     stalled = tuple(s.rank for s in ranks if s.silent_for_s is not None and s.silent_for_s >= window)
     common = {"window_s": window, "basis": basis, "window_detail": detail, "ranks": ranks, "unseen_ranks": unseen}
+    others = state.untracked  # ranks past the tracking cap: their lines count as progress
     heard = state.ever_progressed or any(r.last_activity_at is not None for r in state.ranks)
+    heard = heard or (others is not None and others.last_heard_at is not None)
     if policy.require_progress_seen and not heard:
         summary = "no verdict: no step line seen yet (the job may still be loading, or its log format is unknown)"
         return HangVerdict(hung=False, stalled_ranks=stalled, summary=summary, **common)
     marks = [t for r in state.ranks for t in (r.last_heard_at,) if t is not None]
     marks += [t for t in (state.watching_since, state.restarted_at) if t is not None]
+    if others is not None and others.last_heard_at is not None:
+        marks.append(others.last_heard_at)
     if not marks:
         return HangVerdict(hung=False, summary="no verdict: nothing observed yet", **common)
     silent = _since(now, max(marks)) or 0.0
     if silent < window or silent <= 0:
-        latest = max((r.last_step for r in state.ranks if r.last_step is not None), default=None)
+        last_steps = [r.last_step for r in state.ranks] + [others.last_step if others is not None else None]
+        latest = max((s for s in last_steps if s is not None), default=None)
         summary = f"progressing: last step {latest}, quiet {silent:.1f} s of a {window:.1f} s window ({basis})"
         return HangVerdict(hung=False, silent_for_s=silent, stalled_ranks=stalled, summary=summary, **common)
     culprit, confidence, why = _culprit(state)
@@ -144,6 +149,8 @@ def assess_hang(
     if culprit is not None:
         where = f" on {culprit.node}" if culprit.node else ""
         summary += f"; likely culprit rank {culprit.rank}{where} ({why}, confidence {confidence:.1f})"
+    if state.ranks_note:
+        summary += f"; {state.ranks_note}"
     return HangVerdict(
         hung=True,
         silent_for_s=silent,
@@ -158,7 +165,9 @@ def assess_hang(
 
 def _stepped_since_restart(state: ProgressState) -> bool:
     start = state.restarted_at
-    return any(r.last_progress_at is not None and (start is None or r.last_progress_at >= start) for r in state.ranks)
+    stamps = [r.last_progress_at for r in state.ranks]
+    stamps.append(state.untracked.last_progress_at if state.untracked is not None else None)
+    return any(t is not None and (start is None or t >= start) for t in stamps)
 
 
 def _since(now: datetime, then: datetime | None) -> float | None:

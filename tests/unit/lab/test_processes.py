@@ -13,6 +13,7 @@ from deploy.local.processes import (
     is_alive,
     kill_and_wait,
     pids_holding,
+    pids_holding_any,
     port_is_free,
     read_owned_pid,
     require_free_ports,
@@ -78,6 +79,10 @@ def test_descendants_and_open_file_holders(tmp_path: Path) -> None:
         kids = descendants([parent.pid])
         assert len(kids) == 1
         assert pids_holding(held) == [parent.pid]
+        other = tmp_path / "other.log"
+        other.write_text("")
+        # One walk of /proc answers for every path; the child inherited no descriptor (close_fds).
+        assert pids_holding_any([held, other]) == {held: [parent.pid], other: []}
     finally:
         kill_and_wait([parent.pid, *descendants([parent.pid])], term_timeout_s=2)
         parent.wait()

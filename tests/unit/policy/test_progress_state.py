@@ -16,7 +16,6 @@ from pydantic import ValidationError
 
 from workflows.domain.hang import HangPolicy, HangVerdict
 from workflows.domain.progress import (
-    MAX_RANKS,
     ProgressSample,
     ProgressState,
     note_activity,
@@ -258,11 +257,14 @@ def test_ring_is_bounded_and_configurable() -> None:
     assert len(r.gaps_s) == 8 and len(r.step_times_s) == 8 and r.step_times_s[-1] == 1.0 and r.step_time_total == 100
 
 
-def test_rank_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("workflows.domain.progress.MAX_RANKS", 2)
+def test_ranks_past_the_cap_are_summarised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("workflows.domain.progress.MAX_TRACKED_RANKS", 2)
     state = observe(ProgressState(), [sample(r, 1, 1.0) for r in range(4)], at(2))
-    assert [r.rank for r in state.ranks] == [0, 1] and state.ignored == 2
-    assert MAX_RANKS >= 16384  # the real cap fits every job Rebound watches
+    assert [r.rank for r in state.ranks] == [0, 1] and state.ignored == 0
+    assert state.untracked is not None and state.untracked.highest_rank == 3 and state.untracked.samples == 2
+    assert state.untracked.last_step == 1 and state.untracked.last_progress_at == at(1.0)
+    assert state.ranks_note.startswith("tracking 2 of at least 4 ranks one by one")
+    assert observe(ProgressState(), [sample(0, 1, 1.0)], at(2)).ranks_note == ""
 
 
 @pytest.mark.parametrize(

@@ -131,3 +131,31 @@ async def test_cancelled_fetch_does_not_poison_the_cache() -> None:
 def test_negative_max_age_is_refused() -> None:
     with pytest.raises(ValueError, match="max_age_s"):
         SnapshotCache(FakeScheduler(), max_age_s=-1)
+
+
+async def test_taken_after_never_answers_with_a_listing_begun_before_the_ask() -> None:
+    """``taken_after`` is a fresh observation: a snapshot fetched before the ask is not reused, however young."""
+    sched, clock = FakeScheduler(), _Clock()
+    cache = SnapshotCache(sched, max_age_s=10.0, clock=clock)
+    first = await cache.get()
+    job = sched.submit(1, start=False)  # the job appears after that listing
+    clock.now += 0.01
+    fresh = await cache.taken_after(cache.now())
+    assert fresh is not first and first.job(job.job_id) is None and fresh.job(job.job_id) is not None
+    assert cache.fetches == 2
+
+
+async def test_observations_asked_together_share_one_listing() -> None:
+    """A thousand JobRecoveries starting at once cost one listing, not one each (squeue ignores -j on 22.05)."""
+    from activities.slurm.activities import SlurmActivities
+    from workflows.domain.recovery import ObserveJobInput
+
+    sched = _SlowScheduler()
+    cache = SnapshotCache(sched, max_age_s=10.0)
+    await cache.get()  # an older listing: never the answer to an observation asked later
+    ids = [sched.submit(1, start=False).job_id for _ in range(200)]
+    slurm = SlurmActivities(sched, cache)
+    seen = await asyncio.gather(*(slurm.observe_job(ObserveJobInput(job_id=j)) for j in ids))
+    assert all(r.job is not None and r.job.job_id == j for j, r in zip(ids, seen, strict=True))
+    assert _snapshot_calls(sched) <= 3
+    assert not any(c.method == "get_job" for c in sched.calls)

@@ -27,7 +27,8 @@ Pure and deterministic: ``now`` is passed in, nothing is read or written, and ev
 Windows are closed: an event exactly ``window_s`` old still counts (the safe side of every limit).
 
 The parts: ``decision`` (the rules above, and the memory of decisions), ``suspicion`` (rules 2 and 7 for the
-``exclude`` rung), ``late_fault`` (a node-level GPU fault on a suspected node: a drain request through the rules
+``exclude`` rung), ``view`` (what the Fleet reads of the cluster: the nodes it names, counts for the rest),
+``late_fault`` (a node-level GPU fault on a suspected node: a drain request through the rules
 above, naming both), ``breaker`` (rule 5), ``lifecycle`` (each
 node's incidents, drains, health checks and sync with the scheduler), ``approvals``, ``common``. This package's
 names below are its public surface, the one the Fleet workflow uses.
@@ -38,6 +39,7 @@ from __future__ import annotations
 from workflows.policy.fleet.approvals import (
     MAX_DECIDED_APPROVALS,
     answer_approval,
+    approval_notification,
     expire_approvals,
     open_approval,
     validate_answer,
@@ -58,6 +60,7 @@ from workflows.policy.fleet.lifecycle import (
     sync_with_view,
 )
 from workflows.policy.fleet.suspicion import MAX_JOB_EXCLUSIONS, active_suspicions
+from workflows.policy.fleet.view import as_fleet_view, build_fleet_view, view_input
 
 __all__ = [
     "MAX_CHECKS_PER_NODE",
@@ -67,9 +70,12 @@ __all__ = [
     "MAX_INCIDENTS_PER_NODE",
     "MAX_JOB_EXCLUSIONS",
     "active_suspicions",
+    "as_fleet_view",
+    "build_fleet_view",
     "after_drain",
     "after_health_check",
     "answer_approval",
+    "approval_notification",
     "breaker_status",
     "clear_stale_suspects",
     "decide_isolation",
@@ -83,4 +89,5 @@ __all__ = [
     "remember_decision",
     "sync_with_view",
     "validate_answer",
+    "view_input",
 ]

@@ -16,10 +16,18 @@ from workflows.domain.fleet import (
     FleetState,
     IsolationRequest,
 )
+from workflows.domain.notify import Notification, NotificationKind, NotifyField, Severity
 from workflows.domain.progress import aware
 from workflows.policy.fleet.common import age_s, span, unique
 
-__all__ = ["MAX_DECIDED_APPROVALS", "answer_approval", "expire_approvals", "open_approval", "validate_answer"]
+__all__ = [
+    "MAX_DECIDED_APPROVALS",
+    "answer_approval",
+    "approval_notification",
+    "expire_approvals",
+    "open_approval",
+    "validate_answer",
+]
 
 MAX_DECIDED_APPROVALS = 100
 
@@ -143,3 +151,20 @@ def expire_approvals(state: FleetState, policy: FleetPolicy, now: datetime) -> t
     if not expired:
         return state, []
     return state.model_copy(update={"approvals": _bounded_approvals(approvals)}), expired
+
+
+def approval_notification(approval: Approval, cluster: str, policy: FleetPolicy, fleet_id: str) -> Notification:
+    """What tells people that an action waits for them (``rebound approve|reject`` before the deadline)."""
+    what = ", ".join(approval.nodes) or f"restart of job {approval.request.job_id}"
+    return Notification(
+        kind=NotificationKind.APPROVAL_NEEDED,
+        job_id=approval.request.job_id,
+        cluster=cluster,
+        title=f"Approval {approval.id}: {approval.kind.value} {what}"[:300],
+        text="; ".join(approval.reasons)[:1500]
+        + f"\n`rebound approve {approval.id}` or `rebound reject {approval.id}` before "
+        f"{approval.deadline:%H:%M:%S} UTC (then: {policy.approval_default.value})",
+        severity=Severity.WARNING,
+        fields=(NotifyField(key="cause", value=approval.request.cause),),
+        idempotency_key=f"{fleet_id}/approval/{approval.id}",
+    )

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from workflows.domain.fleet import BreakerStatus, DrainEvent, FleetPolicy, FleetState
+from workflows.domain.fleet_view import FleetView
 from workflows.domain.progress import aware
-from workflows.domain.slurm import ClusterSnapshot, SlurmNode
+from workflows.domain.slurm import SlurmNode
 from workflows.policy.fleet.common import span, within
 
 __all__ = ["apply_breaker", "breaker_status"]
@@ -55,7 +56,7 @@ def breaker_status(state: FleetState, policy: FleetPolicy, cluster_nodes: int, n
 def apply_breaker(
     state: FleetState,
     policy: FleetPolicy,
-    view: ClusterSnapshot,
+    view: FleetView,
     now: datetime,
     to_drain: Sequence[SlurmNode],
     hold: list[str],
@@ -63,9 +64,9 @@ def apply_breaker(
 ) -> list[str]:
     """The nodes the breaker lets through, in order; the rest go to ``hold`` with the cap they hit."""
     counted = _counted_drains(state, policy, now)
-    cap = _cluster_cap(policy, len(view.nodes))
+    cap = _cluster_cap(policy, view.node_count)
     used = len(counted)
-    part_size = Counter(p for n in view.nodes for p in set(n.partitions))
+    part_size = Counter(view.partition_sizes)
     part_used = Counter(p for d in counted for p in set(d.partitions))
     window = span(policy.breaker_window_s)
     drain: list[str] = []
@@ -74,7 +75,7 @@ def apply_breaker(
             hold.append(node.name)
             reasons.append(
                 f"{node.name}: breaker: cluster cap {cap} reached ({used} drains in the last {window}; cap = "
-                f"max(1, min({policy.breaker_max_nodes}, {policy.breaker_max_fraction:g} x {len(view.nodes)} nodes)))"
+                f"max(1, min({policy.breaker_max_nodes}, {policy.breaker_max_fraction:g} x {view.node_count} nodes)))"
             )
             continue
         parts = sorted(set(node.partitions))

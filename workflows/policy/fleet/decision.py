@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from workflows.domain.fleet import FleetMode, FleetPolicy, FleetState, FleetVerdict, IsolationDecision, IsolationRequest
+from workflows.domain.fleet_view import FleetView
 from workflows.domain.incident import ActionRung
 from workflows.domain.names import is_rebound_drain
 from workflows.domain.progress import aware
@@ -16,6 +17,7 @@ from workflows.domain.slurm import ClusterSnapshot, SlurmNode
 from workflows.policy.fleet.breaker import apply_breaker
 from workflows.policy.fleet.common import age_s, span, unique
 from workflows.policy.fleet.suspicion import earlier_implications, fit_exclusion, repeat_reason, standing_exclusion
+from workflows.policy.fleet.view import as_fleet_view
 
 __all__ = ["MAX_DECISIONS", "decide_isolation", "find_decision", "remember_decision"]
 
@@ -67,16 +69,16 @@ def _jobs_text(jobs: Iterable[int]) -> str:
 
 
 def decide_isolation(
-    state: FleetState, req: IsolationRequest, policy: FleetPolicy, view: ClusterSnapshot, now: datetime
+    state: FleetState, req: IsolationRequest, policy: FleetPolicy, view: FleetView | ClusterSnapshot, now: datetime
 ) -> FleetVerdict:
     """What Rebound would drain now, what waits for an operator, and what the job's next placement excludes.
 
     See the module docstring for the rules. The order of ``req.nodes`` is kept (first implicated = most likely),
     so when the breaker allows only some drains it is the likeliest culprits that go first.
     """
+    view = as_fleet_view(view, state, req)
     reasons: list[str] = []
     act = _acts(state, req, reasons)
-    by_name = {n.name: n for n in view.nodes}
 
     # 2. Ownership: never touch a drain someone else set; never drain twice.
     external: list[str] = []
@@ -84,7 +86,7 @@ def decide_isolation(
     unknown: list[str] = []
     candidates: list[SlurmNode] = []
     for name in unique(req.nodes):
-        node = by_name.get(name)
+        node = view.node(name)
         if node is None:
             unknown.append(name)
             reasons.append(f"{name}: not a node of this cluster: excluded")

@@ -18,11 +18,13 @@ from workflows.domain.fleet import (
     NodeLifecycle,
     NodeRecord,
 )
+from workflows.domain.fleet_view import FleetView
 from workflows.domain.incident import ActionRung
 from workflows.domain.names import is_rebound_drain
 from workflows.domain.progress import aware
 from workflows.domain.slurm import ClusterSnapshot
 from workflows.policy.fleet.common import age_s, span, unique, within
+from workflows.policy.fleet.view import as_fleet_view
 
 __all__ = [
     "DRAIN_HISTORY_WINDOWS",
@@ -179,7 +181,7 @@ def after_health_check(
     detail: str,
     policy: FleetPolicy,
     now: datetime,
-    view: ClusterSnapshot,
+    view: FleetView | ClusterSnapshot,
 ) -> tuple[FleetState, bool]:
     """Record a health check; True when the workflow should resume the node now.
 
@@ -193,7 +195,7 @@ def after_health_check(
     checks = (*record.checks, f"{aware(now).isoformat()} {verdict}: {detail}")[-MAX_CHECKS_PER_NODE:]
     update: dict[str, object] = {"checks": checks}
     resume = False
-    current = view.node(node)
+    current = as_fleet_view(view, state).node(node)
     if record.state not in (NodeLifecycle.DRAINED, NodeLifecycle.CHECKING):
         pass  # Held, resumed or taken over meanwhile: the result is recorded, the state is not ours to change.
     elif current is None:
@@ -227,13 +229,13 @@ def _returned(reason: str, now: datetime) -> dict[str, object]:
     return {**_moved(NodeLifecycle.HEALTHY, reason, now), "returned_at": now}
 
 
-def sync_with_view(state: FleetState, view: ClusterSnapshot, now: datetime) -> FleetState:
+def sync_with_view(state: FleetState, view: FleetView | ClusterSnapshot, now: datetime) -> FleetState:
     """Bring Rebound's node records in line with what the scheduler shows; changes nothing in the scheduler.
 
     Only nodes Rebound has a record of are followed: the view itself shows everyone else's drains whenever a
     decision needs them, and the carried state stays as small as the set of nodes Rebound ever dealt with.
     """
-    by_name = {n.name: n for n in view.nodes}
+    by_name = {n.name: n for n in as_fleet_view(view, state).nodes}
     nodes = dict(state.nodes)
     changed = False
     for name, record in state.nodes.items():

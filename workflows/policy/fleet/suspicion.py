@@ -11,13 +11,15 @@ that would leave its partition too few nodes to place it (then less is done, and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 from workflows.domain.fleet import FleetPolicy, FleetState, IsolationRequest, NodeIncident
+from workflows.domain.fleet_view import FleetView
 from workflows.domain.progress import aware
-from workflows.domain.slurm import ClusterSnapshot, NodeBaseState, SlurmNode
 from workflows.policy.fleet.common import age_s, span, unique, within
+from workflows.policy.fleet.view import in_partition, is_placeable
 
 __all__ = [
     "MAX_JOB_EXCLUSIONS",
@@ -30,9 +32,6 @@ __all__ = [
 
 #: A job's standing exclusion keeps at most this many nodes (the newest): an old suspicion gives way to new ones.
 MAX_JOB_EXCLUSIONS = 8
-
-#: Base states in which a node can still take the job (a drained or unreachable one cannot).
-_PLACEABLE = frozenset({NodeBaseState.IDLE, NodeBaseState.MIXED, NodeBaseState.ALLOCATED})
 
 
 def earlier_implications(state: FleetState, req: IsolationRequest, window_s: float) -> dict[str, list[NodeIncident]]:
@@ -65,28 +64,37 @@ def repeat_reason(node: str, earlier: Sequence[NodeIncident], req: IsolationRequ
     )
 
 
-def _placeable(node: SlurmNode) -> bool:
-    return node.state in _PLACEABLE and not node.is_drained and node.is_responding
+_Size = tuple[int | None, int]
+"""A node's (GPUs, CPUs), as ``PlaceableNodes`` counts them."""
 
 
-def _partition_nodes(view: ClusterSnapshot, partition: str) -> list[SlurmNode]:
-    """The nodes of the job's partitions (a pending job may list several, comma-separated); all when unknown."""
-    wanted = {p.strip() for p in partition.split(",") if p.strip()}
-    return [n for n in view.nodes if not wanted or wanted.intersection(n.partitions)]
+def _candidates(view: FleetView, req: IsolationRequest, out: set[str]) -> Counter[_Size]:
+    """The placeable nodes of the job's partition that are not ``out``, counted by size."""
+    if view.partition != req.partition:
+        raise LookupError(f"the Fleet view counts partition {view.partition!r}, not the job's {req.partition!r}")
+    sizes: Counter[_Size] = Counter({(p.gpus, p.cpus): p.count for p in view.placeable})
+    for name in sorted(out):
+        node = view.node(name)
+        if node is not None and is_placeable(node) and in_partition(node, req.partition):
+            sizes[(node.gpus, node.cpus)] -= 1
+    return +sizes  # drops sizes no candidate has left
 
 
-def _size_check(req: IsolationRequest, nodes: Sequence[SlurmNode]) -> tuple[Callable[[SlurmNode], bool], str, str]:
-    """Whether a node is big enough for one of the job's nodes, what that means (``with 2 GPUs, 8 CPUs``), and
-    how the check reads for people. A resource is checked only when the job's need and every node's size are known;
-    with neither, the count is rough (placeable nodes, whatever their size), and the note says so."""
+def _size_check(req: IsolationRequest, sizes: Iterable[_Size]) -> tuple[Callable[[_Size], bool], str, str]:
+    """Whether a node of this size is big enough for one of the job's nodes, what that means (``with 2 GPUs, 8
+    CPUs``), and how the check reads for people. A resource is checked only when the job's need and every
+    candidate's size are known; with neither, the count is rough (placeable nodes, whatever their size), and the
+    note says so."""
     gpus, cpus = req.gpus_per_node, req.cpus_per_node
-    by_gpus = gpus is not None and all(n.gpus is not None for n in nodes)
-    by_cpus = cpus > 0 and all(n.cpus > 0 for n in nodes)
+    known = list(sizes)
+    by_gpus = gpus is not None and all(g is not None for g, _ in known)
+    by_cpus = cpus > 0 and all(c > 0 for _, c in known)
     wants = ([f"{gpus} GPUs" if gpus else "no GPUs"] if by_gpus else []) + ([f"{cpus} CPUs"] if by_cpus else [])
-    unknown = [w for w, known in (("GPUs", by_gpus), ("CPUs", by_cpus)) if not known]
+    unknown = [w for w, ok in (("GPUs", by_gpus), ("CPUs", by_cpus)) if not ok]
 
-    def fits(node: SlurmNode) -> bool:
-        return (not by_gpus or (node.gpus or 0) >= (gpus or 0)) and (not by_cpus or node.cpus >= cpus)
+    def fits(size: _Size) -> bool:
+        node_gpus, node_cpus = size
+        return (not by_gpus or (node_gpus or 0) >= (gpus or 0)) and (not by_cpus or node_cpus >= cpus)
 
     if not wants:
         note = (
@@ -99,29 +107,40 @@ def _size_check(req: IsolationRequest, nodes: Sequence[SlurmNode]) -> tuple[Call
 
 
 def fit_exclusion(
-    view: ClusterSnapshot, req: IsolationRequest, unavailable: Sequence[str], suspects: Sequence[str]
+    view: FleetView, req: IsolationRequest, unavailable: Sequence[str], suspects: Sequence[str]
 ) -> tuple[list[str], list[str]]:
     """The suspects the job can do without, and the reasons: excluding more than its partition can spare would
     leave the job unplaceable (pending for ever), so the exclusion is dropped and the restart goes ahead without it.
 
     ``unavailable``: nodes out of this placement whatever happens (drained, waiting for an operator, already
     excluded). A job whose node count is unknown gets every exclusion (the safe side for one job's placement).
-    A node counts only if it can hold one of the job's nodes (GPUs, CPUs: ``_size_check``).
+    A node counts only if it can hold one of the job's nodes (GPUs, CPUs: ``_size_check``). The view counts the
+    partition's placeable nodes by size and names the request's nodes and exclusions (``view.view_input``), so
+    the count is exact without the whole cluster.
     """
     if not suspects:
         return [], []
     if req.node_count <= 0:
         return list(suspects), []
     out = set(unavailable) | set(req.excluded_before) | set(req.owner_excluded)
-    candidates = [n for n in _partition_nodes(view, req.partition) if _placeable(n) and n.name not in out]
-    fits, sized, note = _size_check(req, candidates)
-    left = [n.name for n in candidates if fits(n) and n.name not in set(suspects)]
-    if len(left) >= req.node_count:
+    sizes = _candidates(view, req, out)
+    fits, sized, note = _size_check(req, sizes)
+    left = sum(count for size, count in sizes.items() if fits(size))
+    for name in sorted(set(suspects) - out):
+        node = view.node(name)
+        if (
+            node is not None
+            and is_placeable(node)
+            and in_partition(node, req.partition)
+            and fits((node.gpus, node.cpus))
+        ):
+            left -= 1
+    if left >= req.node_count:
         return list(suspects), [note]
     where = req.partition or "the cluster"
     return [], [
         f"{', '.join(suspects)}: not excluded: the job needs {req.node_count} nodes{sized} and {where} would keep "
-        f"{len(left)} placeable without {'it' if len(suspects) == 1 else 'them'}; restarted without this exclusion "
+        f"{left} placeable without {'it' if len(suspects) == 1 else 'them'}; restarted without this exclusion "
         "(suspicion still recorded)",
         note,
     ]
