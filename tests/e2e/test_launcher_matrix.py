@@ -38,7 +38,7 @@ IN_MAKE_TEST: dict[Launcher, tuple[Fault, ...]] = {
     "srun": (),
     "torchrun": ("node-crash", "xid"),
     "lightning": ("node-crash", "hang"),
-    "hf": ("node-crash", "rank-kill"),
+    "hf": ("rank-kill",),
 }
 #: The Python modules a launcher's job needs (the trainers extra).
 _NEEDS: dict[Launcher, str] = {"lightning": "lightning", "hf": "transformers"}
