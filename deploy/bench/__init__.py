@@ -115,6 +115,20 @@ def register(commands: Commands) -> None:
         "--push-poll-s", type=float, default=0.1, help="how often each fake node looks for GPU events (agent default)"
     )
     scale.add_argument("--log-budget-mb", type=int, default=4096, help="most job-log bytes written to /dev/shm")
+    scale.add_argument("--workers", type=int, default=1, help="Rebound worker processes sharing the jobs (default 1)")
+    scale.add_argument(
+        "--kill-worker-at",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="SIGKILL worker 0 this far into the window (0..1) and measure the takeover (needs --workers >= 2)",
+    )
+    scale.add_argument(
+        "--feed",
+        choices=("local", "shared"),
+        default=None,
+        help="watch.scheduler_feed for the workers (default: the production default)",
+    )
     scale.add_argument("--keep", action="store_true", help="keep the run's process logs and Temporal database")
     scale.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
     slurm = commands.benchmark(

@@ -60,6 +60,11 @@ def _cpu_ticks(pid: int) -> int | None:
     return sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
 
 
+def _ticks_or(pid: int, last: int) -> int:
+    now = _cpu_ticks(pid)
+    return last if now is None else now
+
+
 def _rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -85,6 +90,8 @@ class ProcSampler:
     started: float = 0.0
     start_ticks: dict[str, int] = field(default_factory=dict)
     peak_rss: dict[str, float] = field(default_factory=dict)
+    last_ticks: dict[str, int] = field(default_factory=dict)
+    """The last CPU reading of each process: a process killed in the window counts what it used until then."""
     machine_start: tuple[int, int] = (0, 0)
 
     def start(self) -> None:
@@ -96,12 +103,19 @@ class ProcSampler:
     def sample(self) -> None:
         for name, pid in self.pids.items():
             self.peak_rss[name] = max(self.peak_rss.get(name, 0.0), _rss_mb(pid))
+            if (ticks := _cpu_ticks(pid)) is not None:
+                self.last_ticks[name] = ticks
 
     def cores(self) -> dict[str, float]:
         """Average cores each process used since ``start`` (and ``machine``: every process on the host)."""
         wall = max(1e-6, time.monotonic() - self.started)
         out = {
-            name: round(((_cpu_ticks(pid) or self.start_ticks[name]) - self.start_ticks[name]) / _TICK / wall, 3)
+            name: round(
+                (_ticks_or(pid, self.last_ticks.get(name, self.start_ticks[name])) - self.start_ticks[name])
+                / _TICK
+                / wall,
+                3,
+            )
             for name, pid in self.pids.items()
         }
         busy, total = _machine_busy_ticks()

@@ -1,11 +1,13 @@
 """What a scale run reads back from Temporal, through its public API only (so it reads the same whatever watches
 the jobs): JobRecovery counts, each job's incidents (its ``status`` query), the history events of a time window,
-and the activities that wait for a worker slot."""
+and the activities that wait for a worker slot; and, from the workers' own Prometheus pages, how many jobs their
+shard hubs hold."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import sys
 import time
 from collections import Counter
@@ -16,12 +18,50 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.temporal.rebound_workflows import query_job_status
+from deploy.scale.measure import scrape
 from deploy.scale.stack import CLUSTER, Stack
 from workflows.constants import JOB_RECOVERY_WORKFLOW, job_workflow_id
 from workflows.domain.incident import Incident
 from workflows.domain.recovery import JobRecoveryStatus
 
-__all__ = ["history_events", "incidents", "statuses", "wait_watched", "waiting_activities"]
+__all__ = [
+    "history_events",
+    "hub_members",
+    "incidents",
+    "statuses",
+    "wait_hub_members",
+    "wait_watched",
+    "waiting_activities",
+]
+
+_MEMBERS = re.compile(r"^rebound_watch_shard_members\{[^}]*\}\s+([0-9.eE+-]+)$", re.MULTILINE)
+
+
+def hub_members(metrics_urls: list[str]) -> int:
+    """Jobs the workers' shard hubs poll now: the sum of their per-shard gauges (``rebound_watch_shard_members``;
+    0 for a worker that runs no shard); -1 when a worker did not answer (too busy now: ask again)."""
+    total = 0
+    for url in metrics_urls:
+        try:
+            page = scrape(url, timeout_s=10.0, attempts=1)
+        except OSError:
+            return -1
+        total += sum(int(float(v)) for v in _MEMBERS.findall(page))
+    return total
+
+
+async def wait_hub_members(stack: Stack, want: int, timeout_s: float) -> int:
+    """Wait until the live workers' hubs hold ``want`` jobs, or ``timeout_s``; returns the last count."""
+    deadline = time.monotonic() + timeout_s
+    members = -1
+    while time.monotonic() < deadline:
+        stack.check_alive()
+        members = await asyncio.to_thread(hub_members, list(stack.worker_metrics.values()))
+        if members == want:
+            return members
+        await asyncio.sleep(1.0)
+    return members
+
 
 #: An activity scheduled this long ago and not started (nor waiting out a retry backoff) waits for a slot.
 WAITING_AFTER_S = 10.0

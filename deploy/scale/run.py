@@ -37,7 +37,14 @@ from deploy.local.node_agents import state_file
 from deploy.scale.cluster import JobChange, SyntheticCluster
 from deploy.scale.faults import FaultKind, InjectedFault, PlannedFault, faults_per_kind, plan_faults
 from deploy.scale.measure import HEARTBEAT_ACTION, ProcSampler, actions_from_metrics, scrape
-from deploy.scale.reads import history_events, incidents, wait_watched, waiting_activities
+from deploy.scale.reads import (
+    history_events,
+    hub_members,
+    incidents,
+    wait_hub_members,
+    wait_watched,
+    waiting_activities,
+)
 from deploy.scale.scheduler import FakeSlurm
 from deploy.scale.score import Costs, RunResult, format_table, report_json, score
 from deploy.scale.stack import Stack
@@ -63,6 +70,14 @@ class ScaleOptions:
     log_budget_mb: int = DEFAULT_LOG_BUDGET_MB
     keep: bool = False
     seed: int = 12
+    workers: int = 1
+    kill_worker_at: float | None = None
+    """SIGKILL ``worker-0`` this fraction of the way into the window (a crash under load) and time the takeover."""
+    feed: str | None = None
+    """``watch.scheduler_feed`` for the workers (None: the production default)."""
+
+    def worker_env(self) -> dict[str, str]:
+        return {} if self.feed is None else {"REBOUND_WATCH__SCHEDULER_FEED": self.feed}
 
 
 class LogWriter:
@@ -162,10 +177,12 @@ async def scale_cluster(
     log_budget_mb: int,
     keep: bool = False,
     worker_env: Mapping[str, str] | None = None,
+    workers: int = 1,
     stop_timeout_s: float = 20.0,
 ) -> AsyncIterator[ScaleCluster]:
-    """Generate and serve the cluster, start the log writer, Temporal, the node agents and one worker; yield once
-    the worker has started (the caller waits for what it needs: ``reads.wait_watched``); stop all at the end.
+    """Generate and serve the cluster, start the log writer, Temporal, the node agents and ``workers`` workers (each
+    with its own state directory, as on separate machines); yield once they have started (the caller waits for what
+    it needs: ``reads.wait_watched``); stop all at the end.
 
     ``worker_env``: settings for the worker beyond the benchmark's (``REBOUND_...`` variables; the benchmark passes
     none: production settings). ``stop_timeout_s``: how long each process may take to stop at the end (SIGTERM,
@@ -211,10 +228,11 @@ async def scale_cluster(
                 await asyncio.sleep(0.5)
 
         ticker = asyncio.create_task(tick())
-        stack.start_temporal()
+        stack.start_temporal(len(cluster.nodes))
         client = await _connect(stack)
         stack.start_agents(compress(list(cluster.nodes)), shm / "nvml", ranks, push_poll_s, work / "state")
-        stack.start_worker(0, work / "state")
+        for index in range(workers):
+            stack.start_worker(index, work / f"state-{index}" if index else work / "state")
         yield ScaleCluster(cluster, fake, writer, stack, client, shm, work)
     finally:
         if ticker is not None:
@@ -244,6 +262,8 @@ async def run_one(jobs: int, opts: ScaleOptions) -> RunResult:
         push_poll_s=opts.push_poll_s,
         log_budget_mb=opts.log_budget_mb,
         keep=opts.keep,
+        worker_env=opts.worker_env(),
+        workers=opts.workers,
     ) as run:
         return await _measure(run, jobs, per_kind, opts)
 
@@ -264,8 +284,9 @@ async def _measure(run: ScaleCluster, jobs: int, per_kind: int, opts: ScaleOptio
         ranks=opts.ranks,
         seed=opts.seed,
     )
+    worker_names = [n for n in stack.procs if n.startswith("worker-")]
     pids = {
-        "worker": stack.procs["worker-0"].pid,
+        **{n: stack.procs[n].pid for n in worker_names},
         "server": stack.procs["temporal"].pid,
         "agents": stack.procs["agents"].pid,
         "writer": writer.proc.pid,
@@ -279,9 +300,13 @@ async def _measure(run: ScaleCluster, jobs: int, per_kind: int, opts: ScaleOptio
     pending = list(plan)
     started = time.monotonic()
     injections: list[asyncio.Task[None]] = []
+    kill_at_s = None if opts.kill_worker_at is None else opts.kill_worker_at * window_s
+    takeover: asyncio.Task[float | None] | None = None
     while (elapsed := time.monotonic() - started) < window_s:
         while pending and pending[0].at_s <= elapsed:
             injections.append(asyncio.create_task(inject(pending.pop(0), fake, writer, shm / "nvml", injected)))
+        if kill_at_s is not None and takeover is None and elapsed >= kill_at_s:
+            takeover = asyncio.create_task(_kill_and_time_takeover(stack, jobs, window_s - elapsed))
         sampler.sample()
         stack.check_alive()
         await asyncio.sleep(1.0)
@@ -293,6 +318,7 @@ async def _measure(run: ScaleCluster, jobs: int, per_kind: int, opts: ScaleOptio
     waiting = await waiting_activities(client, list(cluster.jobs))
     print(f"[{jobs} jobs] activities waiting > 10 s for a worker slot at the window's end: {dict(waiting)}")
     await asyncio.gather(*injections)
+    takeover_s = None if takeover is None else await takeover
     print(f"[{jobs} jobs] window closed (load {_load()}); settling up to {opts.settle_s:.0f} s", flush=True)
     found = await _settle(client, injected, opts.settle_s)
     rest = [j for j in cluster.jobs if j not in found]
@@ -303,8 +329,8 @@ async def _measure(run: ScaleCluster, jobs: int, per_kind: int, opts: ScaleOptio
     outcomes, false_count, extra = score(injected, found)
     costs = Costs(
         window_s=round((w1 - w0).total_seconds(), 1),
-        worker_cpu_cores=cores["worker"],
-        worker_rss_mb=round(sampler.peak_rss["worker"], 1),
+        worker_cpu_cores=round(sum(cores[n] for n in worker_names), 3),
+        worker_rss_mb=round(max(sampler.peak_rss[n] for n in worker_names), 1),
         server_cpu_cores=cores["server"],
         server_rss_mb=round(sampler.peak_rss["server"], 1),
         machine_cpu_cores=cores["machine"],
@@ -323,7 +349,7 @@ async def _measure(run: ScaleCluster, jobs: int, per_kind: int, opts: ScaleOptio
     return RunResult(
         jobs=jobs,
         ranks=opts.ranks,
-        workers=1,
+        workers=opts.workers,
         minutes=opts.minutes,
         costs=costs,
         faults=outcomes,
@@ -334,7 +360,21 @@ async def _measure(run: ScaleCluster, jobs: int, per_kind: int, opts: ScaleOptio
         waiting_activities=dict(waiting),
         restarts=sum(j.restart_count for j in cluster.jobs.values()),
         jobs_recovering=recovering,
+        takeover_s=takeover_s,
     )
+
+
+async def _kill_and_time_takeover(stack: Stack, jobs: int, timeout_s: float) -> float | None:
+    """SIGKILL ``worker-0`` and time until the surviving workers' hubs hold every job again (None: not within the
+    rest of the window). Whether any job was lost shows in the faults after the kill and the final census."""
+    members = await asyncio.to_thread(hub_members, list(stack.worker_metrics.values()))
+    stack.kill("worker-0")
+    killed = time.monotonic()
+    print(f"[{jobs} jobs] SIGKILLed worker-0 (hubs held {members} jobs); load {_load()}", flush=True)
+    held = await wait_hub_members(stack, jobs, max(10.0, timeout_s))
+    took = round(time.monotonic() - killed, 1)
+    print(f"[{jobs} jobs] the surviving workers hold {held} of {jobs} jobs {took} s after the kill", flush=True)
+    return took if held == jobs else None
 
 
 async def _connect(stack: Stack) -> Client:
@@ -379,7 +419,13 @@ def run_scale_command(args: argparse.Namespace) -> int:
         push_poll_s=args.push_poll_s,
         log_budget_mb=args.log_budget_mb,
         keep=args.keep,
+        workers=args.workers,
+        kill_worker_at=args.kill_worker_at,
+        feed=args.feed,
     )
+    if opts.kill_worker_at is not None and (opts.workers < 2 or not 0.0 < opts.kill_worker_at < 1.0):
+        print("--kill-worker-at needs --workers >= 2 and a fraction of the window in (0, 1)", file=sys.stderr)
+        return 2
     runs: list[RunResult] = []
     for jobs in sizes:
         runs.append(asyncio.run(run_one(jobs, opts)))

@@ -81,9 +81,11 @@ class RunResult(_Model):
     waiting_activities: dict[str, int] = {}
     """Activities not started > 10 s after being scheduled, by type, at the window's end (starved of slots)."""
     restarts: int = 0
+    """Requeued jobs' restarts the scheduler saw (a recovery that completed)."""
     jobs_recovering: int = 0
     """JobRecovery workflows running when the window opened (fewer than ``jobs``: discovery did not keep up)."""
-    """Requeued jobs' restarts the scheduler saw (a recovery that completed)."""
+    takeover_s: float | None = None
+    """Seconds from SIGKILLing a worker until the others' hubs held every job again (``--kill-worker-at``)."""
 
     def job_hours(self) -> float:
         return self.jobs * self.costs.window_s / 3600.0
@@ -168,6 +170,10 @@ def report_json(runs: Sequence[RunResult]) -> dict[str, object]:
                 "false_incidents": r.false_incidents,
             }
         )
+        if r.takeover_s is not None or r.workers > 1:
+            # Beyond issue 12's keys, for multi-worker runs: the kill's takeover (null: no kill, or not every job
+            # was held again before the window closed).
+            out[-1]["takeover_s"] = r.takeover_s
     return {"runs": out}
 
 
@@ -196,6 +202,7 @@ def format_table(runs: Sequence[RunResult]) -> str:
     rows.append(("extra incidents", [r.extra_incidents for r in runs]))
     rows.append(("restarts (scheduler)", [r.restarts for r in runs]))
     rows.append(("jobs with a JobRecovery", [r.jobs_recovering for r in runs]))
+    rows.append(("takeover after a worker kill (s)", [r.takeover_s for r in runs]))
     rows.append(("activities waiting a slot", [sum(r.waiting_activities.values()) for r in runs]))
     rows.append(("agents cpu cores", [r.costs.agents_cpu_cores for r in runs]))
     rows.append(("log writer cpu cores", [r.costs.writer_cpu_cores for r in runs]))

@@ -23,9 +23,21 @@ from pathlib import Path
 
 from deploy.local.temporal_server import search_attribute_args, temporal_binary
 
-__all__ = ["CLUSTER", "Stack", "free_port"]
+__all__ = ["CLUSTER", "Stack", "free_port", "poll_limit"]
 
 CLUSTER = "scale"
+
+#: Temporal's frontend admits ``frontend.namespaceCount`` concurrent long polls per namespace and poller type
+#: (1,200 by default in the dev server's version). Every node agent holds one on its own task queue (ADR 004), so
+#: at 1,000 jobs (1,240 synthetic nodes) the agents took them all and the worker's own activity pollers were refused
+#: ("namespace concurrent poller limit exceeded", ResourceExhausted): no JobRecovery started in 3 minutes. A real
+#: cluster of that many nodes needs the same setting (docs/operations.md); this is the headroom above one per node.
+POLL_HEADROOM = 1_000
+
+
+def poll_limit(nodes: int) -> int:
+    """``frontend.namespaceCount`` for a cluster of ``nodes`` node agents and a few Rebound workers."""
+    return max(1_200, nodes + POLL_HEADROOM)
 
 
 def free_port() -> int:
@@ -46,6 +58,8 @@ class Stack:
     metrics_port: int = 0
     worker_env: dict[str, str] = field(default_factory=dict)
     """Settings for the worker(s) beyond the benchmark's own (``REBOUND_...``); empty: production settings."""
+    worker_metrics: dict[str, str] = field(default_factory=dict)
+    """Each started worker's Prometheus page (``/metrics``) by process name."""
 
     @property
     def address(self) -> str:
@@ -64,7 +78,7 @@ class Stack:
         self.procs[name] = proc
         return proc.pid
 
-    def start_temporal(self) -> int:
+    def start_temporal(self, nodes: int) -> int:
         self.temporal_port, self.metrics_port = free_port(), free_port()
         argv = [
             temporal_binary(),
@@ -89,6 +103,8 @@ class Stack:
             "default",
             "--log-level",
             "warn",
+            "--dynamic-config-value",
+            f"frontend.namespaceCount={poll_limit(nodes)}",
             *search_attribute_args(),
         ]
         return self.spawn("temporal", argv)
@@ -109,7 +125,16 @@ class Stack:
 
     def start_worker(self, index: int, state_dir: Path) -> int:
         env = {**self.rebound_env(state_dir), **self.worker_env}
-        return self.spawn(f"worker-{index}", [sys.executable, "-m", "workers.cli", "worker"], env)
+        name = f"worker-{index}"
+        self.worker_metrics[name] = f"http://{env['REBOUND_TELEMETRY__PROMETHEUS_BIND']}/metrics"
+        return self.spawn(name, [sys.executable, "-m", "workers.cli", "worker"], env)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one process (a crash: no clean-up of its own) and forget it, so ``check_alive`` does not name it."""
+        proc = self.procs.pop(name)
+        proc.kill()
+        proc.wait()
+        self.worker_metrics.pop(name, None)
 
     def start_agents(self, hostlist: str, nvml_dir: Path, gpus: int, push_poll_s: float, state_dir: Path) -> int:
         argv = [

@@ -18,18 +18,15 @@ Bounds only, all generous (the machine is shared): no latency is asserted beyond
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
 import pytest
 
 from deploy.scale.faults import FaultKind, InjectedFault, PlannedFault
-from deploy.scale.measure import scrape
-from deploy.scale.reads import incidents, wait_watched
+from deploy.scale.reads import incidents, wait_hub_members, wait_watched
 from deploy.scale.reads import statuses as read_statuses
-from deploy.scale.run import ScaleCluster, inject, scale_cluster
+from deploy.scale.run import inject, scale_cluster
 from deploy.scale.score import score
-from deploy.scale.stack import free_port
 from workflows.domain.recovery import RecoveryState
 
 #: The bounds below add up to more than the suite's 300 s per test; a failing run must reach its own message.
@@ -44,48 +41,21 @@ WATCHED_WITHIN_S = 420.0
 #: Both faults detected and their requeue verified by the scheduler within this (seconds of the injection).
 RECOVERED_WITHIN_S = 120.0
 
-_MEMBERS = re.compile(r"^rebound_watch_shard_members\{[^}]*\}\s+([0-9.eE+-]+)$", re.MULTILINE)
-
-
-def _members(metrics_url: str) -> int:
-    """Jobs the worker's shard hubs poll now: the sum of its per-shard gauges (0 when it runs no shard)."""
-    try:
-        page = scrape(metrics_url, timeout_s=10.0, attempts=1)
-    except Exception:  # noqa: BLE001 - a worker too busy to answer now is asked again
-        return -1
-    return sum(int(float(v)) for v in _MEMBERS.findall(page))
-
-
-async def _wait_members(run: ScaleCluster, metrics_url: str, want: int, timeout_s: float) -> int:
-    deadline = time.monotonic() + timeout_s
-    members = -1
-    while time.monotonic() < deadline:
-        run.stack.check_alive()
-        members = await asyncio.to_thread(_members, metrics_url)
-        if members == want:
-            return members
-        await asyncio.sleep(2.0)
-    return members
-
 
 async def test_recovery_proceeds_while_every_job_is_watched() -> None:
-    metrics_port = free_port()
-    metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-    worker_env = {"REBOUND_TELEMETRY__PROMETHEUS_BIND": f"127.0.0.1:{metrics_port}"}
     async with scale_cluster(
         JOBS,
         ranks=RANKS,
         spare_nodes=8,
         push_poll_s=0.5,
         log_budget_mb=512,
-        worker_env=worker_env,
         stop_timeout_s=3.0,  # nothing to keep: a process not gone by then is killed
     ) as run:
         started = time.monotonic()
         recovering = await wait_watched(run.client, JOBS, run.stack, timeout_s=WATCHED_WITHIN_S)
         assert recovering == JOBS, f"only {recovering} of {JOBS} jobs got a JobRecovery in {WATCHED_WITHIN_S:.0f} s"
         left = max(10.0, WATCHED_WITHIN_S - (time.monotonic() - started))
-        members = await _wait_members(run, metrics_url, JOBS, left)
+        members = await wait_hub_members(run.stack, JOBS, left)
         assert members == JOBS, f"the shard hubs watch {members} of {JOBS} jobs after {WATCHED_WITHIN_S:.0f} s"
         watched_after = time.monotonic() - started
 
@@ -129,7 +99,7 @@ async def test_recovery_proceeds_while_every_job_is_watched() -> None:
         untouched = [j for j in others if run.cluster.jobs[j].restart_count]
         assert not untouched, f"jobs restarted that no fault touched: {untouched}"
         # ... and the hubs still hold them all (the two recovered jobs subscribe again once they run).
-        members = await _wait_members(run, metrics_url, JOBS, RECOVERED_WITHIN_S)
+        members = await wait_hub_members(run.stack, JOBS, RECOVERED_WITHIN_S)
         assert members == JOBS, f"after the recoveries the shard hubs watch {members} of {JOBS} jobs"
         print(
             f"\n{JOBS} jobs watched {watched_after:.0f} s after the worker started; crash and XID recovered in "

@@ -93,6 +93,18 @@ def test_report_has_exactly_the_issues_keys_and_rates_per_job_hour() -> None:
     assert (run["faults_injected"], run["faults_detected"], run["false_incidents"]) == (2, 2, 0)
 
 
+def test_a_multi_worker_run_adds_its_takeover_time() -> None:
+    one = _run()
+    killed = one.model_copy(update={"workers": 2, "takeover_s": 12.5})
+    quiet = one.model_copy(update={"workers": 2})
+    runs = report_json([one, killed, quiet])["runs"]
+    assert isinstance(runs, list)
+    assert "takeover_s" not in runs[0]
+    assert runs[1]["takeover_s"] == 12.5
+    assert runs[2]["takeover_s"] is None  # two workers, no kill (or not every job held again)
+    assert "takeover after a worker kill (s)" in format_table([one, killed])
+
+
 def test_table_names_every_measure_and_each_kind() -> None:
     table = format_table([_run()])
     for name in ("worker_cpu_cores", "actions_per_job_hour", "detection_s p99", "xid detected", "hang detected"):
