@@ -11,21 +11,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.logs.watch_shard import WatchShardActivities
     from workflows.constants import WATCH_SHARD_WORKFLOW
     from workflows.domain.watch_hub import WatchShardInput
+    from workflows.options import RETRY_WITHOUT_END
 
-#: Between two attempts of the shard activity: short, so a takeover costs the heartbeat timeout and little more.
-RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=0,  # unlimited: a shard is never given up
-)
 #: After an attempt that failed for good (it never should): wait, then run the hub again.
 BACKOFF = timedelta(seconds=10)
 
@@ -45,7 +38,7 @@ class WatchShardWorkflow:
                     task_queue=inp.watch_task_queue,
                     start_to_close_timeout=timedelta(days=365),
                     heartbeat_timeout=timedelta(seconds=inp.heartbeat_timeout_s),
-                    retry_policy=RETRY,
+                    retry_policy=RETRY_WITHOUT_END,  # short, so a takeover costs the heartbeat timeout and little more
                     summary=f"Watch shard {inp.shard}: poll its jobs' scheduler state and logs",
                 )
             except ActivityError:
