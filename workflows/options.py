@@ -174,6 +174,16 @@ WATCH_SUBSCRIBE: dict[str, Any] = {
     "cancellation_type": ActivityCancellationType.TRY_CANCEL,
 }
 
+#: The one activity a ``WatchShard`` or the ``SchedulerFeed`` keeps running (``workflows.keep_running``): it runs
+#: until its worker dies, then is retried on another worker at once (the caller adds ``heartbeat_timeout``, which
+#: its input sets: a takeover costs the heartbeat timeout and little more).
+KEEP_RUNNING: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(days=365),
+    "retry_policy": RETRY_WITHOUT_END,
+}
+#: After an attempt of that activity failed for good (it never should): wait this long, then run it again.
+KEEP_RUNNING_BACKOFF = timedelta(seconds=10)
+
 #: Stop a job's subscription (a GPU fault or a pause took over): best effort, bounded; a member left behind
 #: signals an event its workflow ignores (an old seq), and its hub forgets it after two leases.
 WATCH_UNSUBSCRIBE: dict[str, Any] = {
