@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Sequence
 from datetime import timedelta
 
 from temporalio.client import Client
@@ -42,19 +43,39 @@ async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) 
     """Serve this node's activities until stopped."""
     stop = stop or stop_on_signals()
     node = node_name(settings)
+    await serve_nodes(settings, [NvmlSource(host=node)], identity=f"rebound-agent@{node}", stop=stop)
+
+
+async def serve_nodes(
+    settings: Settings,
+    sources: Sequence[GpuSource],
+    *,
+    identity: str,
+    stop: asyncio.Event | None = None,
+    activity_pollers: int = 5,
+    push_poll_s: float = 0.1,
+) -> None:
+    """Connect to Temporal as ``identity``, with the node agent's telemetry, and serve every node of ``sources``
+    (``serve_node``, over that one client) until stopped (SIGTERM/SIGINT, or ``stop``).
+
+    A real node serves one, over NVML (``run_node_agent``); the lab's and the scale benchmark's fake nodes are
+    served many to a process (``deploy/local/node_agents.py``). ``activity_pollers`` and ``push_poll_s`` are
+    ``serve_node``'s, for every node.
+    """
+    stop = stop or stop_on_signals()
     telemetry = install_telemetry(settings, role="node_agent")
     try:
         client = await connect(
             settings.temporal,
-            identity=f"rebound-agent@{node}",
+            identity=identity,
             runtime=telemetry.runtime,
             interceptors=telemetry.interceptors,
         )
-    except BaseException:
-        telemetry.shutdown()
-        raise
-    try:
-        await serve_node(client, settings, NvmlSource(host=node), stop)
+        served = (
+            serve_node(client, settings, source, stop, activity_pollers=activity_pollers, push_poll_s=push_poll_s)
+            for source in sources
+        )
+        await asyncio.gather(*served)
     finally:
         telemetry.shutdown()
 
@@ -70,8 +91,8 @@ async def serve_node(
 ) -> None:
     """Serve one node's task queue (``rebound-node-<source.host>``) and push its GPU events until ``stop`` is set.
 
-    One process may serve many nodes by running this once per node over one client (the lab's and the scale
-    benchmark's fake nodes: ``deploy/local/node_agents.py``); a real node runs it once, over NVML.
+    One process may serve many nodes by running this once per node over one client (``serve_nodes``: the lab's and
+    the scale benchmark's fake nodes, ``deploy/local/node_agents.py``); a real node runs it once, over NVML.
 
     Args:
         client: The process's Temporal client.

@@ -12,6 +12,16 @@ from workflows.domain.errors import FailureKind
 
 _PERMANENT = [k.value for k in FailureKind if not k.retryable]
 
+#: Retried without end, ten seconds apart at most, whatever the error (no ``non_retryable_error_types``): for what
+#: is never given up (a watch shard's hub, the scheduler feed, a job's subscription with its shard) and for a
+#: hand-over to a hub, which its ``schedule_to_close_timeout`` bounds instead.
+RETRY_WITHOUT_END = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=0,
+)
+
 #: A quick read of the scheduler: a few seconds, retried a few times (transient kinds only).
 SCHEDULER_READ: dict[str, Any] = {
     "start_to_close_timeout": timedelta(seconds=30),
@@ -160,14 +170,19 @@ CHECKPOINT_IO: dict[str, Any] = {
 #: queue while the shard moves to another worker; retried without end (the workflow also waits for GPU signals).
 WATCH_SUBSCRIBE: dict[str, Any] = {
     "start_to_close_timeout": timedelta(seconds=10),
-    "retry_policy": RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=10),
-        maximum_attempts=0,
-    ),
+    "retry_policy": RETRY_WITHOUT_END,
     "cancellation_type": ActivityCancellationType.TRY_CANCEL,
 }
+
+#: The one activity a ``WatchShard`` or the ``SchedulerFeed`` keeps running (``workflows.keep_running``): it runs
+#: until its worker dies, then is retried on another worker at once (the caller adds ``heartbeat_timeout``, which
+#: its input sets: a takeover costs the heartbeat timeout and little more).
+KEEP_RUNNING: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(days=365),
+    "retry_policy": RETRY_WITHOUT_END,
+}
+#: After an attempt of that activity failed for good (it never should): wait this long, then run it again.
+KEEP_RUNNING_BACKOFF = timedelta(seconds=10)
 
 #: Stop a job's subscription (a GPU fault or a pause took over): best effort, bounded; a member left behind
 #: signals an event its workflow ignores (an old seq), and its hub forgets it after two leases.

@@ -1,8 +1,9 @@
 """The cluster's one scheduler poll, shared by every worker (ADR 015, "One scheduler poll per cluster").
 
 ``SchedulerFeed`` (id ``rebound/{cluster}/scheduler-feed``, started idempotently by every worker) keeps one
-heartbeating ``scheduler_feed`` activity running on the watch queue, exactly like a ``WatchShard`` keeps its hub:
-when the worker running it dies, Temporal retries it on another worker within the heartbeat timeout.
+heartbeating ``scheduler_feed`` activity running on the watch queue, exactly like a ``WatchShard`` keeps its hub
+(one loop, ``workflows.keep_running``): when the worker running it dies, Temporal retries it on another worker
+within the heartbeat timeout.
 
 ``ShardFeed`` (id ``rebound/{cluster}/scheduler-feed/{k}``, one per watch shard, started by the feed's first
 update to it) is the shard's mailbox: it takes the feed's signals and hands them, in order and batched, to the
@@ -18,7 +19,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -31,23 +31,12 @@ with workflow.unsafe.imports_passed_through():
         WATCH_FEED_APPLY_ACTIVITY,
     )
     from workflows.domain.scheduler_feed import MAX_UPDATE_ITEMS, FeedUpdate, SchedulerFeedInput, ShardFeedInput
+    from workflows.keep_running import keep_running
+    from workflows.options import RETRY_WITHOUT_END
 
-#: Between two attempts of the feed activity: short, so a takeover costs the heartbeat timeout and little more.
-RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=0,  # unlimited: the feed is never given up
-)
-#: After an attempt that failed for good (it never should): wait, then poll again.
-BACKOFF = timedelta(seconds=10)
 #: Items a mailbox keeps to replay to a hub that just started (its last digest and the deltas since): ~8 MB of
 #: workflow memory at most; the digest of 10,000 jobs in 32 shards is ~600 items.
 RESEND_MAX_ITEMS = 5000
-#: A hand-over to the hub is retried this often while the shard is moving (within ``deliver_within_s``).
-DELIVERY_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_interval=timedelta(seconds=10)
-)
 
 
 @workflow.defn(name=SCHEDULER_FEED_WORKFLOW)
@@ -57,21 +46,13 @@ class SchedulerFeedWorkflow:
     @workflow.run
     async def run(self, inp: SchedulerFeedInput) -> None:
         """Run the feed; on the rare return or final failure, run it again (never returns)."""
-        while True:
-            try:
-                await workflow.execute_activity_method(
-                    SchedulerFeedActivities.scheduler_feed,
-                    inp,
-                    task_queue=inp.watch_task_queue,
-                    start_to_close_timeout=timedelta(days=365),
-                    heartbeat_timeout=timedelta(seconds=inp.heartbeat_timeout_s),
-                    retry_policy=RETRY,
-                    summary="Scheduler feed: poll the scheduler once for the cluster, publish each shard's changes",
-                )
-            except ActivityError:
-                await workflow.sleep(BACKOFF)
-            if workflow.info().is_continue_as_new_suggested():
-                workflow.continue_as_new(inp)
+        await keep_running(
+            SchedulerFeedActivities.scheduler_feed,
+            inp,
+            task_queue=inp.watch_task_queue,
+            heartbeat_timeout_s=inp.heartbeat_timeout_s,
+            summary="Scheduler feed: poll the scheduler once for the cluster, publish each shard's changes",
+        )
 
 
 @workflow.defn(name=SHARD_FEED_WORKFLOW)
@@ -121,7 +102,7 @@ class ShardFeedWorkflow:
                     task_queue=inp.shard_queue,
                     schedule_to_close_timeout=timedelta(seconds=inp.deliver_within_s),
                     start_to_close_timeout=timedelta(seconds=10),
-                    retry_policy=DELIVERY_RETRY,
+                    retry_policy=RETRY_WITHOUT_END,  # while the shard moves, within deliver_within_s
                     result_type=int,
                     summary=f"Shard {inp.shard}: {len(batch)} scheduler update(s) to its hub",
                 )

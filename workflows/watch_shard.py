@@ -3,31 +3,19 @@
 It only keeps the shard's ``watch_shard`` activity (the hub, ``activities.logs.watch_shard``) running on the watch
 task queue: heartbeating, retried without end, so when the worker running it dies Temporal starts it again on
 another worker polling that queue within the heartbeat timeout. No code of ours decides the takeover. The history
-stays a handful of events (heartbeats are not recorded); it continues as new when the server suggests it.
+stays a handful of events (heartbeats are not recorded); it continues as new when the server suggests it (the loop
+is ``workflows.keep_running``, shared with the ``SchedulerFeed``).
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.logs.watch_shard import WatchShardActivities
     from workflows.constants import WATCH_SHARD_WORKFLOW
     from workflows.domain.watch_hub import WatchShardInput
-
-#: Between two attempts of the shard activity: short, so a takeover costs the heartbeat timeout and little more.
-RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=0,  # unlimited: a shard is never given up
-)
-#: After an attempt that failed for good (it never should): wait, then run the hub again.
-BACKOFF = timedelta(seconds=10)
+    from workflows.keep_running import keep_running
 
 
 @workflow.defn(name=WATCH_SHARD_WORKFLOW)
@@ -37,18 +25,10 @@ class WatchShardWorkflow:
     @workflow.run
     async def run(self, inp: WatchShardInput) -> None:
         """Run the hub; on the rare return or final failure, run it again (never returns)."""
-        while True:
-            try:
-                await workflow.execute_activity_method(
-                    WatchShardActivities.watch_shard,
-                    inp,
-                    task_queue=inp.watch_task_queue,
-                    start_to_close_timeout=timedelta(days=365),
-                    heartbeat_timeout=timedelta(seconds=inp.heartbeat_timeout_s),
-                    retry_policy=RETRY,
-                    summary=f"Watch shard {inp.shard}: poll its jobs' scheduler state and logs",
-                )
-            except ActivityError:
-                await workflow.sleep(BACKOFF)
-            if workflow.info().is_continue_as_new_suggested():
-                workflow.continue_as_new(inp)
+        await keep_running(
+            WatchShardActivities.watch_shard,
+            inp,
+            task_queue=inp.watch_task_queue,
+            heartbeat_timeout_s=inp.heartbeat_timeout_s,
+            summary=f"Watch shard {inp.shard}: poll its jobs' scheduler state and logs",
+        )

@@ -126,42 +126,58 @@ async def start_job_recovery(
     )
 
 
-async def start_cluster_watch(client: Client, inp: ClusterWatchInput, *, task_queue: str) -> WorkflowHandle[Any, Any]:
-    """Start the cluster's ClusterWatch, or attach to the running one (which keeps its own input)."""
+async def _start_singleton(
+    client: Client, workflow_type: str, inp: Any, *, workflow_id: str, cluster: str, task_queue: str, summary: str
+) -> WorkflowHandle[Any, Any]:
+    """Start the one ``workflow_type`` under ``workflow_id``, or attach to the running one (which keeps its own
+    input and state), tagged with ``cluster`` and shown with ``summary``."""
     return await client.start_workflow(
-        CLUSTER_WATCH_WORKFLOW,
+        workflow_type,
         inp,
-        id=cluster_watch_workflow_id(inp.cluster),
+        id=workflow_id,
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=_cluster_attributes(inp.cluster),
-        static_summary=f"Rebound: discover opted-in jobs on {inp.cluster} and start their recovery",
+        search_attributes=_cluster_attributes(cluster),
+        static_summary=summary,
+    )
+
+
+async def start_cluster_watch(client: Client, inp: ClusterWatchInput, *, task_queue: str) -> WorkflowHandle[Any, Any]:
+    """Start the cluster's ClusterWatch, or attach to the running one (which keeps its own input)."""
+    return await _start_singleton(
+        client,
+        CLUSTER_WATCH_WORKFLOW,
+        inp,
+        workflow_id=cluster_watch_workflow_id(inp.cluster),
+        cluster=inp.cluster,
+        task_queue=task_queue,
+        summary=f"Rebound: discover opted-in jobs on {inp.cluster} and start their recovery",
     )
 
 
 async def start_watch_shard(client: Client, inp: WatchShardInput, *, task_queue: str) -> WorkflowHandle[Any, Any]:
     """Start watch shard ``inp.shard``'s WatchShard, or attach to the running one (every worker calls this)."""
-    return await client.start_workflow(
+    return await _start_singleton(
+        client,
         WATCH_SHARD_WORKFLOW,
         inp,
-        id=watch_shard_workflow_id(inp.cluster, inp.shard),
+        workflow_id=watch_shard_workflow_id(inp.cluster, inp.shard),
+        cluster=inp.cluster,
         task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=_cluster_attributes(inp.cluster),
-        static_summary=f"Rebound: watch shard {inp.shard}/{inp.shards} of {inp.cluster} (job logs and scheduler)",
+        summary=f"Rebound: watch shard {inp.shard}/{inp.shards} of {inp.cluster} (job logs and scheduler)",
     )
 
 
 async def start_scheduler_feed(client: Client, inp: SchedulerFeedInput, *, task_queue: str) -> WorkflowHandle[Any, Any]:
     """Start the cluster's SchedulerFeed, or attach to the running one (every worker calls this)."""
-    return await client.start_workflow(
+    return await _start_singleton(
+        client,
         SCHEDULER_FEED_WORKFLOW,
         inp,
-        id=scheduler_feed_workflow_id(inp.cluster),
+        workflow_id=scheduler_feed_workflow_id(inp.cluster),
+        cluster=inp.cluster,
         task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=_cluster_attributes(inp.cluster),
-        static_summary=f"Rebound: one scheduler poll for {inp.cluster}, published to its {inp.shards} watch shards",
+        summary=f"Rebound: one scheduler poll for {inp.cluster}, published to its {inp.shards} watch shards",
     )
 
 
@@ -196,14 +212,14 @@ def _fleet_summary(cluster: str) -> str:
 
 async def start_fleet(client: Client, inp: FleetInput, *, task_queue: str) -> WorkflowHandle[Any, Any]:
     """Start the cluster's Fleet, or attach to the running one (which keeps its state: mode, breaker, approvals)."""
-    return await client.start_workflow(
+    return await _start_singleton(
+        client,
         FLEET_WORKFLOW,
         inp,
-        id=fleet_workflow_id(inp.cluster),
+        workflow_id=fleet_workflow_id(inp.cluster),
+        cluster=inp.cluster,
         task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=_cluster_attributes(inp.cluster),
-        static_summary=_fleet_summary(inp.cluster),
+        summary=_fleet_summary(inp.cluster),
     )
 
 

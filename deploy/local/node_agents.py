@@ -1,5 +1,6 @@
 """One process serving many fake nodes' agents: the real node agent (``workers.node_agent.serve_node``) once per
-node, over one Temporal client, each node's GPUs read from its fake NVML state file (``deploy.local.fake_gpus``).
+node, over one Temporal client (``serve_nodes``), each node's GPUs read from its fake NVML state file
+(``deploy.local.fake_gpus``).
 
 A real node runs one agent over NVML. A lab with many slurmds on one host (64 nodes), or the scale benchmark's
 thousands of synthetic nodes, cannot afford a Python process per node; this serves them all from one, through the
@@ -26,11 +27,9 @@ from pathlib import Path
 from activities.slurm.hostlist import HostlistError, expand
 from deploy.local.fake_gpus import StateFileGpuSource
 from deploy.local.fake_nvml_state import write_initial_state
-from workers.client import connect
 from workers.lifecycle import stop_on_signals
-from workers.node_agent import serve_node
+from workers.node_agent import serve_nodes
 from workers.settings import Settings, load_settings
-from workers.telemetry import install_telemetry
 
 __all__ = ["main", "run_node_agents", "state_file"]
 
@@ -57,29 +56,15 @@ async def run_node_agents(
         path = state_file(state_dir, node)
         if not path.exists():
             write_initial_state(path, node, gpus_per_node)
-    telemetry = install_telemetry(settings, role="node_agent")
-    try:
-        client = await connect(
-            settings.temporal,
-            identity=f"rebound-agents@{settings.cluster_name}",
-            runtime=telemetry.runtime,
-            interceptors=telemetry.interceptors,
-        )
-        served = [
-            serve_node(
-                client,
-                settings,
-                StateFileGpuSource(node, state_file(state_dir, node)),
-                stop,
-                activity_pollers=1,
-                push_poll_s=push_poll_s,
-            )
-            for node in nodes
-        ]
-        log.info("serving %d nodes' agents (%s ... %s)", len(nodes), nodes[0], nodes[-1])
-        await asyncio.gather(*served)
-    finally:
-        telemetry.shutdown()
+    log.info("serving %d nodes' agents (%s ... %s)", len(nodes), nodes[0], nodes[-1])
+    await serve_nodes(
+        settings,
+        [StateFileGpuSource(node, state_file(state_dir, node)) for node in nodes],
+        identity=f"rebound-agents@{settings.cluster_name}",
+        stop=stop,
+        activity_pollers=1,
+        push_poll_s=push_poll_s,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,12 +4,9 @@ activities, their per-shard subscription queues and signals, over the FakeSchedu
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest_asyncio
 from temporalio.client import Client
@@ -17,97 +14,17 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from activities.logs.job_logs import LogPolicy
-from activities.logs.watch_shard import WatchShardActivities
-from activities.temporal import rebound_workflows
-from tests.workflows.test_job_recovery import Handle, Harness, _actions, until
+from tests.workflows.hub_support import SHARDS, HubHarness, eventually
+from tests.workflows.test_job_recovery import _actions, until
 from workers.watch_hub import build_watch_shards
 from workflows.constants import WATCH_RETURNED_SIGNAL
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.incident import ActionKind
 from workflows.domain.loop import JobWatchResult, WatchOutcome
-from workflows.domain.recovery import JobRecoveryInput, RecoverySpec, RecoveryState
-from workflows.domain.watch_hub import WatchEvent, WatchShardInput
-from workflows.domain.watch_routing import WatchRouting, shard_of
+from workflows.domain.recovery import RecoveryState
+from workflows.domain.watch_hub import WatchEvent
+from workflows.domain.watch_routing import shard_of
 from workflows.job_recovery import JobRecoveryWorkflow
-from workflows.watch_shard import WatchShardWorkflow
-
-SHARDS = 2
-
-
-class HubHarness(Harness):
-    """The harness with the hub: WatchShard workflows on the test's queue, their activities on a watch queue,
-    resume checks on a resume queue, each with its own slots."""
-
-    def __init__(
-        self, client: Client, task_queue: str, tmp: Path, *, acting_slots: int = 100, lease_s: float = 10
-    ) -> None:
-        super().__init__(client, task_queue, tmp)
-        tag = uuid.uuid4().hex[:8]
-        self.routing = WatchRouting(
-            shards=SHARDS,
-            shard_queue_prefix=f"hub-{tag}-shard-",
-            lease_s=lease_s,
-            resume_task_queue=f"hub-{tag}-resume",
-        )
-        self.watch_queue = f"hub-{tag}-watch"
-        self.acting_slots = acting_slots
-        self.shards: WatchShardActivities = build_watch_shards(client, self.snapshots, LogPolicy())
-        self.heartbeat_timeout_s = 30.0
-        self.watch_worker: Worker | None = None
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[HubHarness]:
-        main = self.worker()
-        watch = self.watch_activities()
-        self.watch_worker = Worker(self.client, task_queue=self.watch_queue, activities=[self.shards.watch_shard])
-        others = [
-            self.watch_worker,
-            Worker(self.client, task_queue=self.routing.resume_task_queue, activities=[watch.wait_resume]),
-        ]
-        async with contextlib.AsyncExitStack() as stack:
-            for w in (main, *others):
-                await stack.enter_async_context(w)
-            handles = [
-                await rebound_workflows.start_watch_shard(
-                    self.client,
-                    WatchShardInput(
-                        cluster=self.cluster,
-                        shard=k,
-                        shards=SHARDS,
-                        watch_task_queue=self.watch_queue,
-                        shard_queue_prefix=self.routing.shard_queue_prefix,
-                        poll_interval_s=0.1,
-                        lease_s=self.routing.lease_s,
-                        heartbeat_timeout_s=self.heartbeat_timeout_s,
-                    ),
-                    task_queue=self.task_queue,
-                )
-                for k in range(SHARDS)
-            ]
-            try:
-                yield self
-            finally:
-                for handle in handles:
-                    await handle.terminate("test over")
-
-    def worker(self, **options: Any) -> Worker:
-        # The acting queue's slots, explicit: watching must not need any of them.
-        return super().worker(workflows=[WatchShardWorkflow], max_concurrent_activities=self.acting_slots, **options)
-
-    async def start(self, job_id: int, budget: int = 5, restart: Any = None) -> Handle:
-        spec = RecoverySpec(logs=(str(self.tmp / "job-%j-*.log"),), restart_budget=budget)
-        return await self.client.start_workflow(
-            JobRecoveryWorkflow.run,
-            JobRecoveryInput(
-                cluster=self.cluster, job_id=job_id, poll_interval_s=0.1, spec=spec, watch_hub=self.routing
-            ),
-            id=f"rebound/test/job/{job_id}/{uuid.uuid4().hex}",
-            task_queue=self.task_queue,
-        )
-
-    def members(self, job_id: int) -> int:
-        hub = self.shards.hubs.get(shard_of(job_id, SHARDS))
-        return 0 if hub is None else sum(m.sub.watch.job_id == job_id for m in hub.members.values())
 
 
 @pytest_asyncio.fixture
@@ -116,18 +33,11 @@ async def hh(temporal_client: Client, task_queue: str, tmp_path: Path) -> AsyncI
         yield harness
 
 
-async def _eventually(pred: Callable[[], bool], timeout: float = 15) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not pred():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met"
-        await asyncio.sleep(0.1)
-
-
 async def test_a_crash_seen_by_the_hub_wakes_the_job_and_recovery_proceeds(hh: HubHarness) -> None:
     job = hh.sched.submit(hh.nodes[:2], name="llm")
     handle = await hh.start(job.job_id)
     await until(handle, lambda s: s.state is RecoveryState.WATCHING)
-    await _eventually(lambda: hh.members(job.job_id) == 1)
+    await eventually(lambda: hh.members(job.job_id) == 1)
     hh.step(job.job_id, 0, 7, hh.nodes[0])
     ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     hh.log(job.job_id, 2, f"{ts} [ERROR] rank=2/4 node={hh.nodes[1]} step=8 fatal error: exiting with code 13")
@@ -142,19 +52,19 @@ async def test_a_crash_seen_by_the_hub_wakes_the_job_and_recovery_proceeds(hh: H
     hh.sched.schedule()
     hh.step(job.job_id, 0, 9, hh.sched.jobs[job.job_id].nodes[0])
     st = await until(handle, lambda s: s.state is RecoveryState.WATCHING and s.incidents[-1].resumed_at is not None)
-    await _eventually(lambda: hh.members(job.job_id) == 1)
+    await eventually(lambda: hh.members(job.job_id) == 1)
     hh.sched.finish_job(job.job_id)
     result = await asyncio.wait_for(handle.result(), 20)
     assert result.state is RecoveryState.FINISHED
     assert len((await handle.query(JobRecoveryWorkflow.status)).incidents) == 1
-    await _eventually(lambda: hh.members(job.job_id) == 0)
+    await eventually(lambda: hh.members(job.job_id) == 0)
 
 
 async def test_a_gpu_signal_unsubscribes_the_job(hh: HubHarness) -> None:
     job = hh.sched.submit(hh.nodes[:2])
     handle = await hh.start(job.job_id)
     await until(handle, lambda s: s.state is RecoveryState.WATCHING)
-    await _eventually(lambda: hh.members(job.job_id) == 1)
+    await eventually(lambda: hh.members(job.job_id) == 1)
     event = GpuEvent(
         kind=GpuEventKind.XID, host=hh.nodes[0], index=1, xid=79, observed_at=datetime.now(UTC), sequence=1
     )
@@ -162,14 +72,14 @@ async def test_a_gpu_signal_unsubscribes_the_job(hh: HubHarness) -> None:
     st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
     assert st.incidents[0].attribution is not None and st.incidents[0].attribution.cause == "xid-79"
     # Unsubscribed: the hub stopped watching the job while its recovery ran (none watches a requeued attempt).
-    await _eventually(lambda: hh.members(job.job_id) == 0)
+    await eventually(lambda: hh.members(job.job_id) == 0)
 
 
 async def test_duplicate_and_stale_events_are_ignored_and_the_lease_is_renewed(hh: HubHarness) -> None:
     job = hh.sched.submit(hh.nodes[:2])
     handle = await hh.start(job.job_id)
     await until(handle, lambda s: s.state is RecoveryState.WATCHING)
-    await _eventually(lambda: hh.members(job.job_id) == 1)
+    await eventually(lambda: hh.members(job.job_id) == 1)
     hub = hh.shards.hubs[shard_of(job.job_id, SHARDS)]
     [member] = [m for m in hub.members.values() if m.sub.watch.job_id == job.job_id]
     first_renewal = member.renewed_at
@@ -178,7 +88,7 @@ async def test_duplicate_and_stale_events_are_ignored_and_the_lease_is_renewed(h
     for run_id, seq in (("another-run", member.sub.seq), (member.sub.run_id, member.sub.seq + 5)):
         await handle.signal(WATCH_RETURNED_SIGNAL, WatchEvent(run_id=run_id, seq=seq, shard=0, result=gone))
     # The lease (10 s here) runs out: the workflow renews the same subscription, the hub keeps its member.
-    await _eventually(lambda: member.renewed_at > first_renewal, timeout=20)
+    await eventually(lambda: member.renewed_at > first_renewal, timeout=20)
     assert hub.members[member.sub.workflow_id] is member
     st = await handle.query(JobRecoveryWorkflow.status)
     assert st.state is RecoveryState.WATCHING and st.incidents == ()
@@ -200,7 +110,7 @@ async def test_recovery_proceeds_while_more_jobs_are_watched_than_the_acting_que
         handles = [await hh.start(j.job_id) for j in jobs]
         for handle in handles:
             await until(handle, lambda s: s.state is RecoveryState.WATCHING, timeout=60)
-        await _eventually(lambda: all(hh.members(j.job_id) == 1 for j in jobs), timeout=30)
+        await eventually(lambda: all(hh.members(j.job_id) == 1 for j in jobs), timeout=30)
         victim = jobs[5]
         hh.sched.fail_job(victim.job_id, exit_code=1)
         st = await until(handles[5], lambda s: s.state is RecoveryState.VERIFYING, timeout=30)
@@ -222,11 +132,11 @@ async def test_a_shard_moves_to_another_worker_with_its_members_and_the_crash_is
         job = hh.sched.submit(hh.nodes[:2])
         handle = await hh.start(job.job_id)
         await until(handle, lambda s: s.state is RecoveryState.WATCHING)
-        await _eventually(lambda: hh.members(job.job_id) == 1)
+        await eventually(lambda: hh.members(job.job_id) == 1)
         shard = shard_of(job.job_id, SHARDS)
         first = hh.shards.hubs[shard]
         hh.step(job.job_id, 0, 1, hh.nodes[0])
-        await _eventually(lambda: not first.changed)  # the member is in the details; the SDK sends within ~4 s
+        await eventually(lambda: not first.changed)  # the member is in the details; the SDK sends within ~4 s
         await asyncio.sleep(5)
         # Another process: its own connection (the SDK allows one worker per queue and connection).
         second = await Client.connect(
@@ -236,7 +146,7 @@ async def test_a_shard_moves_to_another_worker_with_its_members_and_the_crash_is
         async with Worker(second, task_queue=hh.watch_queue, activities=[other.watch_shard]):
             assert hh.watch_worker is not None
             await hh.watch_worker.shutdown()  # its shard activities are cancelled, retried on the other worker
-            await _eventually(lambda: shard in other.hubs, timeout=30)
+            await eventually(lambda: shard in other.hubs, timeout=30)
             assert other.hubs[shard].members.keys() == first.members.keys()  # restored from the heartbeat
             hh.log(job.job_id, 1, "RuntimeError: CUDA error: an illegal memory access was encountered")
             hh.sched.fail_job(job.job_id, exit_code=1)

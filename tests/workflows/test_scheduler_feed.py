@@ -21,15 +21,14 @@ from activities.slurm.scheduler_feed import SchedulerFeedActivities
 from activities.slurm.snapshots import SnapshotCache
 from activities.temporal import rebound_workflows
 from tests.fakes.scheduler import FakeScheduler
+from tests.workflows.hub_support import SHARDS, HubHarness, eventually
 from tests.workflows.test_job_recovery import Harness, _actions, until
-from tests.workflows.test_job_recovery_hub import SHARDS, HubHarness, _eventually
 from workers.watch_hub import build_scheduler_feed, build_watch_shards
 from workflows.constants import shard_feed_workflow_id
 from workflows.domain.incident import ActionKind
 from workflows.domain.recovery import RecoveryState
 from workflows.domain.scheduler_feed import SchedulerFeedInput
 from workflows.domain.slurm import ClusterSnapshot, JobState, SlurmJob
-from workflows.domain.watch_hub import WatchShardInput
 from workflows.domain.watch_routing import shard_of
 from workflows.scheduler_feed import SchedulerFeedWorkflow, ShardFeedWorkflow
 from workflows.watch_shard import WatchShardWorkflow
@@ -100,43 +99,20 @@ class FeedHarness(HubHarness):
 
     @contextlib.asynccontextmanager
     async def with_feed(self, *procs: Process) -> AsyncIterator[FeedHarness]:
-        """The workflows' worker, the resume queue's, and each process's watch worker (its shards and the feed)."""
-        watch = self.watch_activities()
-        resume = Worker(self.client, task_queue=self.routing.resume_task_queue, activities=[watch.wait_resume])
-        async with contextlib.AsyncExitStack() as stack:
-            for w in (self.worker(), resume):
-                await stack.enter_async_context(w)
-            for p in procs:
-                queue = self.watch_queue if p.serves[0] else self.feed_input.watch_task_queue
-                self.watchers[id(p)] = await stack.enter_async_context(p.watch_worker(queue))
-            started = [
-                await rebound_workflows.start_watch_shard(
-                    self.client,
-                    WatchShardInput(
-                        cluster=self.cluster,
-                        shard=k,
-                        shards=SHARDS,
-                        watch_task_queue=self.watch_queue,
-                        shard_queue_prefix=self.routing.shard_queue_prefix,
-                        poll_interval_s=0.1,
-                        lease_s=self.routing.lease_s,
-                        heartbeat_timeout_s=self.heartbeat_timeout_s,
-                    ),
-                    task_queue=self.task_queue,
-                )
-                for k in range(SHARDS)
-            ]
-            started.append(
-                await rebound_workflows.start_scheduler_feed(self.client, self.feed_input, task_queue=self.task_queue)
-            )
-            try:
+        """The hub harness's workers and shards (``serving``), each process's watch worker (its shards and the feed),
+        and the feed."""
+        for p in procs:
+            queue = self.watch_queue if p.serves[0] else self.feed_input.watch_task_queue
+            self.watchers[id(p)] = p.watch_worker(queue)
+        try:
+            async with self.serving(*(self.watchers[id(p)] for p in procs)) as started:
+                feed = rebound_workflows.start_scheduler_feed(self.client, self.feed_input, task_queue=self.task_queue)
+                started.append(await feed)
                 yield self
-            finally:
-                for handle in started:
-                    await handle.terminate("test over")
-                for k in range(SHARDS):
-                    with contextlib.suppress(Exception):
-                        await self.client.get_workflow_handle(shard_feed_workflow_id(self.cluster, k)).terminate("over")
+        finally:
+            for k in range(SHARDS):
+                with contextlib.suppress(Exception):
+                    await self.client.get_workflow_handle(shard_feed_workflow_id(self.cluster, k)).terminate("over")
 
     async def kill(self, proc: Process) -> None:
         """The process's watch side stops: its shards and the feed, if it ran it, are retried elsewhere."""
@@ -151,14 +127,14 @@ async def test_a_jobs_state_change_reaches_its_hub_through_the_feed_and_recovery
         job = fh.sched.submit(fh.nodes[:2], name="llm")
         handle = await fh.start(job.job_id)
         await until(handle, lambda s: s.state is RecoveryState.WATCHING)
-        await _eventually(lambda: fh.members(job.job_id) == 1)
+        await eventually(lambda: fh.members(job.job_id) == 1)
         hub = fh.first.shards.hubs[shard_of(job.job_id, SHARDS)]
-        await _eventually(lambda: hub.view.ready)  # the feed's first digest reached the hub
+        await eventually(lambda: hub.view.ready)  # the feed's first digest reached the hub
         applied, polls = hub.view.applied, fh.first.reads.snapshots
         # No log line at all: only the scheduler says the job failed, and only the feed tells the hub.
         fh.sched.fail_job(job.job_id, exit_code=13)
         failed_at = asyncio.get_running_loop().time()
-        await _eventually(lambda: hub.view.jobs[job.job_id].state is JobState.FAILED)
+        await eventually(lambda: hub.view.jobs[job.job_id].state is JobState.FAILED)
         seen_s = asyncio.get_running_loop().time() - failed_at
         print(f"the failed state reached the hub's view {seen_s:.2f} s after the scheduler said it (poll 0.1 s)")
         st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING, timeout=30)
@@ -184,7 +160,7 @@ async def test_two_workers_poll_the_scheduler_once_and_the_feed_moves_when_its_w
         handles = [await fh.start(j.job_id) for j in jobs]
         for h in handles:
             await until(h, lambda s: s.state is RecoveryState.WATCHING)
-        await _eventually(lambda: any(p.feed.running for p in procs))
+        await eventually(lambda: any(p.feed.running for p in procs))
         owner = next(p for p in procs if p.feed.running)
         other = second if owner is fh.first else fh.first
 
@@ -192,7 +168,7 @@ async def test_two_workers_poll_the_scheduler_once_and_the_feed_moves_when_its_w
             hubs = [h for p in ps for h in p.shards.hubs.values()]
             return len(hubs) == SHARDS and all(h.view.ready and h.members for h in hubs)
 
-        await _eventually(lambda: all_views_ready(procs), timeout=30)
+        await eventually(lambda: all_views_ready(procs), timeout=30)
         # Steady state: only the feed's process runs squeue; every hub, in both processes, reads its view.
         before = (owner.reads.snapshots, other.reads.snapshots)
         await asyncio.sleep(2)
@@ -203,13 +179,13 @@ async def test_two_workers_poll_the_scheduler_once_and_the_feed_moves_when_its_w
 
         # The feed's process dies: the feed (and its shards) move to the other process within the heartbeat timeout.
         # (First its shards' members reach their heartbeat details, as in the hub's own takeover test.)
-        await _eventually(lambda: not any(h.changed for p in procs for h in p.shards.hubs.values()))
+        await eventually(lambda: not any(h.changed for p in procs for h in p.shards.hubs.values()))
         await asyncio.sleep(5)
         await fh.kill(owner)
         killed_at = asyncio.get_running_loop().time()
-        await _eventually(lambda: other.feed.running, timeout=30)
+        await eventually(lambda: other.feed.running, timeout=30)
         moved_s = asyncio.get_running_loop().time() - killed_at
-        await _eventually(lambda: all_views_ready((other,)), timeout=30)
+        await eventually(lambda: all_views_ready((other,)), timeout=30)
         ready_s = asyncio.get_running_loop().time() - killed_at
         print(f"the feed moved in {moved_s:.1f} s, the moved shards' views were ready after {ready_s:.1f} s")
         victim = jobs[0]
@@ -246,16 +222,16 @@ async def test_a_shard_taken_over_while_the_feed_stays_gets_its_view_from_its_ma
         handles = [await fh.start(j.job_id) for j in jobs]
         for h in handles:
             await until(h, lambda s: s.state is RecoveryState.WATCHING)
-        await _eventually(lambda: len(b1.shards.hubs) == SHARDS and all(h.view.ready for h in b1.shards.hubs.values()))
+        await eventually(lambda: len(b1.shards.hubs) == SHARDS and all(h.view.ready for h in b1.shards.hubs.values()))
         fh.sched.fail_job(jobs[1].job_id, exit_code=1)  # a delta after the digest: the replay must carry it too
         await until(handles[1], lambda s: s.state is RecoveryState.VERIFYING, timeout=30)
-        await _eventually(lambda: not any(h.changed for h in b1.shards.hubs.values()))
+        await eventually(lambda: not any(h.changed for h in b1.shards.hubs.values()))
         await asyncio.sleep(5)  # the members reach the shards' heartbeat details
         await fh.kill(b1)
         async with b2.watch_worker(fh.watch_queue):
-            await _eventually(lambda: len(b2.shards.hubs) == SHARDS, timeout=30)
+            await eventually(lambda: len(b2.shards.hubs) == SHARDS, timeout=30)
             started = asyncio.get_running_loop().time()
-            await _eventually(lambda: all(h.view.ready for h in b2.shards.hubs.values()), timeout=15)
+            await eventually(lambda: all(h.view.ready for h in b2.shards.hubs.values()), timeout=15)
             print(f"taken-over views ready {asyncio.get_running_loop().time() - started:.2f} s after the hubs started")
             view = b2.shards.hubs[shard_of(jobs[1].job_id, SHARDS)].view
             # The changes since the digest (failed, then requeued by its recovery) were replayed too.
