@@ -67,6 +67,15 @@ class TemporalSettings(_Section):
     max_concurrent_workflow_tasks: int = Field(
         100, ge=1, le=10_000, description="Workflow task slots of the central worker (all of Rebound's workflows)."
     )
+    max_cached_workflows: int = Field(
+        10_000,
+        ge=0,
+        le=100_000,
+        description="Workflows the central worker keeps in memory between tasks (the SDK's sticky cache; its own "
+        "default is 1,000). Keep it above the monitored jobs plus ~40 (shards, feed, Fleet, ClusterWatch): past it "
+        "every workflow task replays its whole history, and at 1,000 jobs the worker fell to 0.5 workflow tasks a "
+        "second with 593 waiting (docs/benchmarks/scale.md). Costs roughly 0.3 MB of worker memory per workflow.",
+    )
 
     @model_validator(mode="after")
     def _client_cert_pair(self) -> TemporalSettings:

@@ -112,6 +112,7 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
         ],
         max_concurrent_activities=settings.temporal.max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.temporal.max_concurrent_workflow_tasks,
+        max_cached_workflows=settings.temporal.max_cached_workflows,
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
     # Watching and resume checks on their own queues and slots: an action never waits behind a watch (ADR 015).
