@@ -65,7 +65,13 @@ class TemporalSettings(_Section):
         "(watch.shard_slots, watch.resume_slots), so an action never waits behind a watch.",
     )
     max_concurrent_workflow_tasks: int = Field(
-        100, ge=1, le=10_000, description="Workflow task slots of the central worker (all of Rebound's workflows)."
+        16,
+        ge=1,
+        le=10_000,
+        description="Workflow task slots of the central worker (all of Rebound's workflows). Workflow code is "
+        "Python under one GIL: more slots add no throughput, they share the CPU so every task finishes later. With "
+        "the SDK's 100, 1,000 starting jobs on a 2-core worker made tasks take over 10 s, time out, replay and time "
+        "out again (ClusterWatch stuck at attempt 5, 499 of 1,000 jobs started in 10 min).",
     )
     max_cached_workflows: int = Field(
         10_000,
