@@ -27,7 +27,8 @@ def _stamp(at: datetime) -> str:
 
 
 # What the lab's slurm-5.out held between the hang's requeue and the new attempt's first line (trimmed): no line
-# has a leading timestamp; two are culprit findings (the SignalException, srun's "Exited with exit code 1").
+# has a leading timestamp; srun's "Exited with exit code 1" lines are culprit findings (the SignalException was one
+# too, a user bug, until it was read as what it is: the agent stopped by Slurm's SIGTERM).
 OLD_ATTEMPT_LAST_WORDS = [
     "slurmstepd-n1: error: *** JOB 5 ON n1 CANCELLED AT 2026-12-05T08:46:45 DUE TO JOB REQUEUE ***",
     "slurmstepd-n1: error: *** STEP 5.0 ON n1 CANCELLED AT 2026-12-05T08:46:45 DUE TO JOB REQUEUE ***",
