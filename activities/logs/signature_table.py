@@ -65,6 +65,10 @@ ROWS: tuple[Signature, ...] = (
     # srun stops the remaining tasks after one failed (or on cancel/requeue): they are not the cause.
     row("srun_task_terminated", _C.SLURM_TASK_EXIT, _K.TERMINATED, _VI, 100, _SRUN_TASK + r"Terminated", signal=15,
          hints=_CLIENT_HINTS),
+    # torchrun's agent stopped by a signal it handles (SIGTERM, SIGINT, SIGHUP, SIGQUIT): Slurm cancelling or requeuing
+    # the step (torch/distributed/elastic/multiprocessing/api.py _terminate_process_handler), not the program's bug.
+    row("torch_elastic_signaled", _C.SLURM_TASK_EXIT, _K.TERMINATED, _VI, 100,
+         r"SignalException: Process \d+ got signal: (?P<signal>\d+)", hints=("signalexception",)),
     row("srun_task_exit", _C.SLURM_TASK_EXIT, _K.RANK_EXIT, _CU, 100,
          _SRUN_TASK + r"Exited with exit code (?P<exit_code>\d+)", by_signal=True, hints=_CLIENT_HINTS),
     # srun's status listing after the first task ended ("srun: StepId=5.0 task 1: exited abnormally").

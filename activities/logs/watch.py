@@ -18,6 +18,8 @@ from activities.logs.heartbeat import heartbeat_times
 from activities.logs.job_logs import LogPolicy, log_patterns
 from activities.logs.job_watcher import JobWatcher, WatchState
 from activities.logs.progress import find_progress, parse_step
+from activities.logs.successor import previous_attempt_over, successor_lines
+from activities.logs.tail import positions
 from activities.slurm.snapshots import SnapshotCache
 from workflows.domain.checkpoints import CheckpointRef, CheckpointReport
 from workflows.domain.incident import LogFinding
@@ -109,6 +111,9 @@ class WatchActivities:
         kept = _kept_resume_evidence()
         findings: list[LogFinding] = kept[0]
         signs: list[ProgressSignal] = kept[1]
+        # Where the old attempt's output ends in each file (``activities.logs.successor``): its last words there
+        # are never the new attempt's failure. None until Slurm shows the old attempt over.
+        boundary: dict[str, int] | None = kept[2]
         checkpoint = ""
         from_scratch = False
         loaded_at_step: int | None = None
@@ -128,7 +133,13 @@ class WatchActivities:
             decision = decide_resume(facts)
             if decision.read_logs and job is not None:
                 tail = self._logs.tail(log_patterns(inp.log_patterns, job, inp.job_id), job, inp.job_id)
+                if boundary is None and previous_attempt_over(job, inp.expected_restart_count):
+                    # Every byte the old attempt wrote is in the files now: their sizes (a file the new attempt
+                    # began counts from 0) are where its output ends.
+                    boundary = positions(await asyncio.to_thread(tail.anchor, {}))
+                read_from = positions(offsets)
                 lines, offsets = await asyncio.to_thread(tail.read_new, offsets)
+                lines, boundary = successor_lines(lines, read_from=read_from, boundary=boundary, since=inp.not_before)
                 progress = find_progress(lines)
                 loads: tuple[datetime | None, ...] = ()
                 if progress is not None and progress.checkpoint is not None:
@@ -164,6 +175,7 @@ class WatchActivities:
                         "nodes": list(job.nodes),
                         "findings": [f.model_dump(mode="json") for f in findings],
                         "signs": [s.value for s in signs],
+                        "boundary": boundary,
                     }
                 )
             first = decision.first_step
@@ -213,18 +225,23 @@ class WatchActivities:
 MAX_SUCCESSOR_FINDINGS = 32
 
 
-def _kept_resume_evidence() -> tuple[list[LogFinding], list[ProgressSignal]]:
-    """The new attempt's findings and signs of life a previous attempt of ``job_wait_resume`` heartbeated."""
+def _kept_resume_evidence() -> tuple[list[LogFinding], list[ProgressSignal], dict[str, int] | None]:
+    """The new attempt's findings and signs of life, and where the old attempt's output ends, that a previous
+    attempt of ``job_wait_resume`` heartbeated."""
     details = activity.info().heartbeat_details
     if not details or not isinstance(details[-1], dict):
-        return [], []
+        return [], [], None
     last = details[-1]
     findings: list[LogFinding] = []
     signs: list[ProgressSignal] = []
+    boundary: dict[str, int] | None = None
     with contextlib.suppress(ValueError, TypeError):  # an older worker's shape: start afresh
         findings = [LogFinding.model_validate(f) for f in last.get("findings", [])]
         signs = [ProgressSignal(s) for s in last.get("signs", [])]
-    return findings[:MAX_SUCCESSOR_FINDINGS], signs
+        raw = last.get("boundary")
+        if isinstance(raw, dict):
+            boundary = {str(path): int(offset) for path, offset in raw.items()}
+    return findings[:MAX_SUCCESSOR_FINDINGS], signs, boundary
 
 
 def _resume_offsets(initial_offsets: dict[str, int]) -> dict[str, int]:

@@ -31,6 +31,7 @@ from workflows.domain.procs import (
     StackDumpResult,
 )
 from workflows.domain.recovery import DetectionPolicy, JobRecoveryInput, RecoverySpec, RecoveryState
+from workflows.domain.slurm import JobState
 from workflows.job_recovery import JobRecoveryWorkflow
 
 PARKED = (
@@ -138,4 +139,39 @@ async def test_a_restarted_job_without_step_lines_is_verified_by_its_moving_stac
         watching = [e.detail for e in st.timeline if e.event == "WATCHING"]
         assert watching[-1].endswith("[signal: stacks]")
         assert st.incidents[0].outcome == "resumed"
+        await handle.terminate()
+
+
+async def test_after_a_resume_seen_by_stacks_the_old_attempts_last_words_are_not_a_new_incident(
+    h: ResumeHarness,
+) -> None:
+    """The resume check, cancelled when the stacks moved, hands back no offsets: the watch that follows starts
+    where the new attempt's files end when it was first seen running (``job_log_anchor``), not where the resume
+    check began, so what the old attempt wrote while it was torn down is not read again as the new one's crash."""
+    job = h.sched.submit(h.nodes[:2], name="lightning")
+    agents = [FakeAgent(node, 2 * i) for i, node in enumerate(h.nodes)]
+    for agent in agents:
+        agent.moving = True
+    async with AsyncExitStack() as stack:
+        handle = await _start(h, job.job_id, agents, stack)
+        await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        h.log(job.job_id, 2, f"{now} [ERROR] rank=2/4 node={h.nodes[1]} fatal error: exiting with code 13")
+        h.sched.requeue_completes_instantly = False  # Slurm tears the old attempt down after the requeue
+        h.sched.fail_job(job.job_id, exit_code=13)
+        await until(handle, lambda s: s.state is RecoveryState.RESTARTING)
+        await until(handle, lambda s: h.sched.jobs[job.job_id].state is JobState.COMPLETING)
+        # The old attempt's last words while it is torn down, unstamped: read only by the resume check.
+        h.log(job.job_id, 3, "Traceback (most recent call last):", "RuntimeError: Connection closed by peer")
+        h.log(job.job_id, 0, "srun: error: n2: task 1: Exited with exit code 1")
+        h.sched.settle(job.job_id)
+        await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
+        await asyncio.sleep(0.5)  # the resume check reads them while the job waits to start
+        h.sched.schedule()
+        st = await until(handle, lambda s: bool(s.incidents) and s.incidents[0].resumed_at is not None, timeout=30)
+        assert [e.detail for e in st.timeline if e.event == "WATCHING"][-1].endswith("[signal: stacks]")
+        await asyncio.sleep(2)  # twenty watch polls
+        st = await handle.query(JobRecoveryWorkflow.status)
+        assert [i.number for i in st.incidents] == [1], [e.detail for e in st.timeline if e.event == "DETECTED"]
+        assert st.state is RecoveryState.WATCHING
         await handle.terminate()

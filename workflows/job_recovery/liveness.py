@@ -32,11 +32,20 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policy.recovery import hang_policy
     from workflows.policy.stacks import note_liveness, stack_motion
 
-__all__ = ["PATCH_LIVENESS", "PATCH_VERIFY_STACKS", "interval", "sample", "wait_resume_or_stacks"]
+__all__ = [
+    "PATCH_ANCHOR_AFTER_STACKS",
+    "PATCH_LIVENESS",
+    "PATCH_VERIFY_STACKS",
+    "interval",
+    "sample",
+    "wait_resume_or_stacks",
+]
 
 PATCH_LIVENESS = "liveness-sampling"
 #: The resume check runs as a handle while the workflow samples the restarted ranks' stacks.
 PATCH_VERIFY_STACKS = "verify-stacks"
+#: A resume seen by stacks anchors the log offsets to the new attempt (``job_log_anchor``) before the watch resumes.
+PATCH_ANCHOR_AFTER_STACKS = "11-anchor-logs-after-stacks-resume"
 
 
 def interval(rec: Recorder, state: LivenessState | None) -> tuple[float, str]:
@@ -90,7 +99,7 @@ async def wait_resume_or_stacks(rec: Recorder, wait: WaitResumeInput) -> WaitRes
     handle = scheduler.start_wait_resume(wait, task_queue=scheduler.resume_queue(rec.inp))
     state = LivenessState(restart_count=wait.expected_restart_count)
     # Every silent_sample_s, not at the hang sampling's pace: a resume seen by stacks cancels the resume check,
-    # whose offsets stay where the wait began, so lines the old attempt's steps wrote late (slurmstepd's "CANCELLED
+    # whose offsets are lost with it (below), so lines the old attempt's steps wrote late (slurmstepd's "CANCELLED
     # ... DUE TO NODE FAILURE") were read again as the new attempt's (seen on the lab at a 15 s pace).
     every = rec.inp.detection.silent_sample_s
     while True:
@@ -109,10 +118,18 @@ async def wait_resume_or_stacks(rec: Recorder, wait: WaitResumeInput) -> WaitRes
             handle.cancel()
             with contextlib.suppress(ActivityError, asyncio.CancelledError):
                 await handle
+            # The cancelled check hands back no offsets, and the watch would start where it began: before what
+            # the old attempt wrote while it was torn down (torch elastic's SIGTERM traceback, srun's "Exited
+            # with exit code 1"), read again as the running job's crash. The new attempt's files as they end now
+            # (a file it began: from its start) are where its watch starts.
+            offsets = wait.offsets
+            if workflow.patched(PATCH_ANCHOR_AFTER_STACKS):
+                anchored = await scheduler.anchor_logs(rec.inp, job)
+                offsets = anchored if anchored is not None else offsets
             return WaitResumeResult(
                 outcome=ResumeOutcome.RESUMED,
                 observed_at=workflow.now(),
-                offsets=wait.offsets,
+                offsets=offsets,
                 job=job,
                 signal=ProgressSignal.STACKS,
                 signs_of_life=(ProgressSignal.STACKS,),

@@ -36,6 +36,13 @@ SIGNATURE_CASES: list[tuple[str, str, Category, dict[str, Any]]] = [
     ("srun: error: n2: tasks 0-3: Killed", "srun_task_killed", C.SLURM_TASK_EXIT, {"ranks": (0, 1, 2, 3), "signal": 9}),
     ("srun: error: gpu-a01: task 2: Aborted (core dumped)", "srun_task_signal", C.SLURM_TASK_EXIT, {"signal": 6}),
     ("srun: error: n2: task 3: Terminated", "srun_task_terminated", C.SLURM_TASK_EXIT, {"signal": 15}),
+    # torchrun's agent on the lab when Slurm requeued the job (issue 11): no user bug, a restart does not repeat it
+    (
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 31645 got signal: 15",
+        "torch_elastic_signaled",
+        C.SLURM_TASK_EXIT,
+        {"signal": 15},
+    ),
     ("srun: error: node-17: task 12: Exited with exit code 1", "srun_task_exit", C.SLURM_TASK_EXIT, {"exit_code": 1}),
     # 139 = 128 + SIGSEGV: a wrapper shell reporting its child's segfault
     ("srun: error: node-17: task 4: Exited with exit code 139", "srun_task_exit", C.SEGFAULT, {"exit_code": 139}),
