@@ -40,11 +40,11 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from activities.logs.line import LogLine
+from activities.logs.line import Line, LinePrefix, LogLine
 from activities.logs.progress import parse_checkpoint
 from activities.logs.signature_fields import Fields, extract
 from activities.logs.signature_types import Category, Prepared, Role, Signature, SignatureMatch
-from activities.logs.signatures import SIGNATURES, match, prepare
+from activities.logs.signatures import SIGNATURES, match, peel, prepare
 from activities.logs.terminal import strip_terminal_codes
 from workflows.domain.base import Frozen
 from workflows.domain.findings import FindingKind
@@ -144,7 +144,15 @@ class LineReader:
     def __init__(self) -> None:
         self._streams: dict[tuple[str, int | None], _Stream] = {}
 
-    def read(self, path: str, text: str, *, rank: int | None = None, host: str | None = None) -> LineRead:
+    def read(
+        self,
+        path: str,
+        text: str,
+        *,
+        rank: int | None = None,
+        host: str | None = None,
+        prefix: LinePrefix | None = None,
+    ) -> LineRead:
         """What ``text``, the next line of ``path``, says.
 
         Args:
@@ -152,8 +160,9 @@ class LineReader:
             text: The line as written.
             rank: The rank the caller already knows for the line (from its file's name), preferred to its prefixes'.
             host: The node the caller already knows (``%N`` in a file pattern), preferred to its prefixes'.
+            prefix: The line's first prefixes, when already peeled (``Line.prefix``).
         """
-        prep = prepare(text)
+        prep = prepare(text) if prefix is None else peel(prefix)
         body = prep.body
         stream = self._stream(path, rank if rank is not None else prep.rank)
         code_line = stream.after_file_line and body[:1] in (" ", "\t")
@@ -182,11 +191,12 @@ class LineReader:
         named = hit.groups.get("checkpoint") or hit.groups.get("checkpoint_file")
         return LineRead(prep, hit, fields, (named.rstrip(".:)]") if named else None) or self._loaded(path, stream))
 
-    def classify(self, line: LogLine) -> list[CrashFinding]:
+    def classify(self, line: LogLine | Line) -> list[CrashFinding]:
         """What ``line`` (the next line of its file) says crashed; see ``classify``."""
-        return crash_findings(line, self.read(line.path, line.text, rank=line.rank, host=line.node))
+        prefix = line.prefix if isinstance(line, Line) else None
+        return crash_findings(line, self.read(line.path, line.text, rank=line.rank, host=line.node, prefix=prefix))
 
-    def scan(self, lines: Iterable[LogLine]) -> list[CrashFinding]:
+    def scan(self, lines: Iterable[LogLine | Line]) -> list[CrashFinding]:
         """``classify`` every line, in order."""
         return [finding for line in lines for finding in self.classify(line)]
 
@@ -206,7 +216,7 @@ class LineReader:
         return stream
 
 
-def crash_findings(line: LogLine, read: LineRead) -> list[CrashFinding]:
+def crash_findings(line: LogLine | Line, read: LineRead) -> list[CrashFinding]:
     """The findings of one read line: none for an ordinary line, one per rank for a row naming a task list, else one."""
     hit, f = read.hit, read.fields
     if hit is None or f is None:
@@ -258,7 +268,7 @@ def classify(line: LogLine) -> list[CrashFinding]:
     return LineReader().classify(line)
 
 
-def scan(lines: Iterable[LogLine]) -> list[CrashFinding]:
+def scan(lines: Iterable[LogLine | Line]) -> list[CrashFinding]:
     """Every line's findings, in order, read by one ``LineReader`` (the lines' multi-line context counts)."""
     return LineReader().scan(lines)
 

@@ -24,9 +24,24 @@ from typing import NamedTuple
 
 from pydantic import field_validator
 
+from activities.logs.terminal import strip_terminal_codes
 from workflows.domain.base import Frozen
 
-__all__ = ["LinePrefix", "LogLine", "MAX_RANK_DIGITS", "decode_line", "rank_token", "split_prefix"]
+__all__ = [
+    "CLOCK_SKEW",
+    "Line",
+    "LinePrefix",
+    "LogLine",
+    "MAX_RANK_DIGITS",
+    "ZONELESS_SLACK",
+    "decode",
+    "decode_line",
+    "has_zone",
+    "predates",
+    "rank_token",
+    "split_prefix",
+    "to_model",
+]
 
 # Larger numbers are not ranks: a rank fits in an int32, and int() of a long digit string is slow (Python caps
 # it at 4300 digits with a ValueError).
@@ -40,6 +55,15 @@ _TS_CORE = (
     r"\s?(?P<tz>Z|UTC|[+-]\d\d:?\d\d)?"
 )
 _TIMESTAMP = re.compile(rf"^\s*(?:\[{_TS_CORE}\]|{_TS_CORE.replace('?P<', '?P<b_')})\s*")
+# The end of a stamp that names its zone: ``Z``, ``UTC``, ``+02:00``, ``-0500`` (``split_prefix`` parsed it).
+_ZONE_END = re.compile(r"(?:Z|UTC|[+-]\d\d:?\d\d)\]?\s*$")
+_ESC = "\x1b"
+CLOCK_SKEW = timedelta(seconds=60)
+"""A stamped line counts as the attempt's unless it predates the anchor by more than this: the ranks' clocks and
+slurmctld's may differ a little, and dropping a line of the current attempt costs more than keeping an old one."""
+ZONELESS_SLACK = timedelta(hours=14)
+"""A stamp without a zone is local time of a zone Rebound does not know (UTC-12 to UTC+14): it predates the anchor
+for sure only when it is this much older (Python's ``logging`` writes such stamps by default)."""
 _RANK_TOKEN = re.compile(
     r"(?<![\w.])rank=(?P<a>\d+)|\[rank\s*(?P<b>\d+)\]|(?<![\w.])rank\s+(?P<c>\d+)\s*/\s*\d+",
     re.IGNORECASE,
@@ -124,8 +148,25 @@ def rank_token(text: str) -> int | None:
     return int(digits) if len(digits) <= MAX_RANK_DIGITS else None
 
 
-def decode_line(path: str, file_rank: int | None, node: str | None, offset: int, raw: bytes) -> LogLine:
-    """The ``LogLine`` of ``raw`` (bytes without their terminator): the file's rank, else the line's own (module
+class Line(NamedTuple):
+    """One line as ``decode`` reads it, in plain values: what the watch reads on every poll (``LogLine`` is the
+    same as a model, for callers that keep or send lines)."""
+
+    path: str
+    rank: int | None
+    text: str
+    offset: int
+    at: datetime | None
+    node: str | None
+    task: int | None
+    rank_is_task: bool
+    prefix: LinePrefix
+    """``split_prefix(strip_terminal_codes(text), parse_time=False)``: the prefixes and the body that the progress
+    and signature readers start from (found once, here)."""
+
+
+def decode(path: str, file_rank: int | None, node: str | None, offset: int, raw: bytes) -> Line:
+    """The ``Line`` of ``raw`` (bytes without their terminator): the file's rank, else the line's own (module
     docstring), and the srun label's task."""
     text = raw.decode("utf-8", errors="replace")
     prefix = split_prefix(text)
@@ -135,16 +176,46 @@ def decode_line(path: str, file_rank: int | None, node: str | None, offset: int,
         rank = prefix.label
     if rank is None:
         rank = rank_token(prefix.body)
+    if _ESC in text or (prefix.at is None and _TIMESTAMP.match(prefix.body)):
+        bare = split_prefix(strip_terminal_codes(text), parse_time=False)  # codes, or a stamp that did not parse
+    else:
+        bare = LinePrefix(prefix.label, prefix.torch_rank, None, prefix.body)  # the same peeling
+    return Line(path, rank, text, offset, prefix.at, node, prefix.label, rank_is_task, bare)
+
+
+def decode_line(path: str, file_rank: int | None, node: str | None, offset: int, raw: bytes) -> LogLine:
+    """The ``LogLine`` of ``raw`` (``decode``'s reading as a model)."""
+    line = decode(path, file_rank, node, offset, raw)
+    return to_model(line)
+
+
+def to_model(line: Line) -> LogLine:
+    """``line`` as a ``LogLine``."""
     return LogLine(
-        path=path,
-        rank=rank,
-        node=node,
-        text=text,
-        offset=offset,
-        at=prefix.at,
-        task=prefix.label,
-        rank_is_task=rank_is_task,
+        path=line.path,
+        rank=line.rank,
+        node=line.node,
+        text=line.text,
+        offset=line.offset,
+        at=line.at,
+        task=line.task,
+        rank_is_task=line.rank_is_task,
     )
+
+
+def predates(line: LogLine | Line, since: datetime) -> bool:
+    """Whether ``line``'s own timestamp says it was written before ``since``: by more than ``CLOCK_SKEW`` for a stamp
+    with a zone, by more than ``ZONELESS_SLACK`` for one without (``activities.logs.tail``)."""
+    if line.at is None or line.at >= since - min(CLOCK_SKEW, ZONELESS_SLACK):
+        return False  # not early by either margin (every live line): no need to look for a zone
+    return line.at < since - (CLOCK_SKEW if has_zone(line) else ZONELESS_SLACK)
+
+
+def has_zone(line: LogLine | Line) -> bool:
+    """Whether the leading timestamp of ``line`` names its zone (else ``LogLine.at`` is local time read as UTC)."""
+    body = split_prefix(line.text).body
+    stamp = line.text[: len(line.text) - len(body)] if body else line.text
+    return _ZONE_END.search(stamp) is not None
 
 
 def _parse_timestamp(m: re.Match[str]) -> datetime | None:

@@ -21,14 +21,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from activities.logs.line import split_prefix
+from activities.logs.line import LinePrefix, split_prefix
 from activities.logs.signature_fields import signal_number
 from activities.logs.signature_table import ROWS
 from activities.logs.signature_types import CATEGORIES, Category, Prepared, Role, Signature, SignatureMatch
 from activities.logs.terminal import strip_terminal_codes
 from workflows.domain.incident import FailureClass
 
-__all__ = ["SIGNATURES", "match", "prepare"]
+__all__ = ["SIGNATURES", "match", "peel", "prepare"]
 
 SIGNATURES: tuple[Signature, ...] = tuple(sorted(ROWS, key=lambda s: -s.priority))
 """The table, highest priority first (rows of equal priority in the order written)."""
@@ -69,7 +69,12 @@ def prepare(text: str) -> Prepared:
         prefix, ``slurmstepd-<node>:``, NCCL's ``host:pid:tid``) and GPU (NCCL's ``[dev]``) its prefixes name,
         each None when they name none. What the body names itself is read by ``extract``, for matched lines only.
     """
-    prefix = split_prefix(strip_terminal_codes(text), parse_time=False)
+    return peel(split_prefix(strip_terminal_codes(text), parse_time=False))
+
+
+def peel(prefix: LinePrefix) -> Prepared:
+    """``prepare`` of a line whose first prefixes are already peeled: ``prefix`` is its ``split_prefix`` (terminal
+    codes stripped, ``parse_time=False``; ``activities.logs.line.Line.prefix``)."""
     body = prefix.body
     # ``[rankN]:`` is the global rank; an srun label is only the Slurm task (``activities.logs.line``).
     rank = prefix.torch_rank if prefix.torch_rank is not None else prefix.label

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import NamedTuple
 
 from pydantic import Field, field_validator
 
@@ -44,6 +45,7 @@ __all__ = [
     "ProgressSignal",
     "ProgressState",
     "RankProgress",
+    "Sample",
     "UntrackedRanks",
     "aware",
     "note_activity",
@@ -107,6 +109,20 @@ class ProgressSample(Frozen):
     @classmethod
     def _aware(cls, at: datetime) -> datetime:
         return aware(at)
+
+
+class Sample(NamedTuple):
+    """A ``ProgressSample`` as plain values, for a reader whose values already hold what ``ProgressSample`` checks
+    (ranks, steps and epochs >= 0, times finite within ``MAX_DURATION_S``, ``at`` with a zone): the watch reads
+    thousands of step lines a second (``activities.logs.job_watcher``). ``observe`` takes either."""
+
+    rank: int
+    node: str
+    step: int
+    at: datetime
+    step_time_s: float | None
+    compute_time_s: float | None
+    epoch: int | None
 
 
 class RankProgress(Frozen):
@@ -261,7 +277,7 @@ class _Rank:
             }
         )
 
-    def apply(self, s: ProgressSample, at: datetime, restarted_at: datetime | None) -> float | None:
+    def apply(self, s: ProgressSample | Sample, at: datetime, restarted_at: datetime | None) -> float | None:
         """Apply one sample: the gap it closes (0.0 when none), or None when the sample is ignored."""
         last_at = self.last_progress_at
         gap = 0.0
@@ -296,7 +312,7 @@ class _Rank:
         return gap
 
 
-def observe(state: ProgressState, samples: Iterable[ProgressSample], now: datetime) -> ProgressState:
+def observe(state: ProgressState, samples: Iterable[ProgressSample | Sample], now: datetime) -> ProgressState:
     """``state`` updated with a poll's step lines (see the module docstring for the rules).
 
     Args:
