@@ -18,6 +18,7 @@ without a zone is taken as UTC. Lines without one (traceback lines) get None.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import NamedTuple
@@ -219,17 +220,27 @@ def has_zone(line: LogLine | Line) -> bool:
 
 
 def _parse_timestamp(m: re.Match[str]) -> datetime | None:
-    g = {k.removeprefix("b_"): v for k, v in m.groupdict().items() if v is not None}
+    date, clock, frac, tz, b_date, b_clock, b_frac, b_tz = m.group(*_TS_GROUPS)
+    if date is None:  # the unbracketed form
+        date, clock, frac, tz = b_date, b_clock, b_frac, b_tz
     try:
-        year, month, day = (int(x) for x in g["date"].split("-"))
-        hour, minute, second = (int(x) for x in g["time"].split(":"))
-        micros = int(g.get("frac", "0")[:6].ljust(6, "0"))
-        tz = g.get("tz") or "Z"
-        zone = UTC
-        if tz not in ("Z", "UTC"):
-            sign = -1 if tz[0] == "-" else 1
-            digits = tz[1:].replace(":", "")
-            zone = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
-        return datetime(year, month, day, hour, minute, second, micros, tzinfo=zone)
-    except (KeyError, ValueError):
+        zone = UTC if tz is None or tz == "Z" or tz == "UTC" else _zone(tz)
+        micros = int(frac[:6].ljust(6, "0")) if frac else 0
+        return datetime(
+            int(date[:4]), int(date[5:7]), int(date[8:]), int(clock[:2]), int(clock[3:5]), int(clock[6:]), micros, zone
+        )
+    except ValueError:
         return None  # 2026-13-45 is not a timestamp: leave the text as it is
+
+
+@functools.lru_cache(maxsize=64)
+def _zone(tz: str) -> timezone:
+    """The zone of ``+05:30``, ``-0500``; ValueError for an offset no zone has (a day or more)."""
+    sign = -1 if tz[0] == "-" else 1
+    digits = tz[1:].replace(":", "")
+    return timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+
+
+_TS_GROUPS = tuple(
+    _TIMESTAMP.groupindex[g] for g in ("date", "time", "frac", "tz", "b_date", "b_time", "b_frac", "b_tz")
+)
