@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from pydantic import Field, field_validator
 
-from workflows.domain.base import Frozen
+from workflows.domain.base import Frozen, replaced
 from workflows.domain.bounds import MAX_TRACKED_RANKS, PROGRESS_RING, RANKS_NOTE
 
 __all__ = [
@@ -261,8 +261,9 @@ class _Rank:
         )
 
     def freeze(self) -> RankProgress:
-        return self.base.model_copy(
-            update={
+        return replaced(
+            self.base,
+            {
                 "node": self.node,
                 "last_step": self.last_step,
                 "last_epoch": self.last_epoch,
@@ -274,7 +275,7 @@ class _Rank:
                 "gaps_s": tuple(self.gaps),
                 "step_times_s": tuple(self.step_times),
                 "compute_times_s": tuple(self.compute_times),
-            }
+            },
         )
 
     def apply(self, s: ProgressSample | Sample, at: datetime, restarted_at: datetime | None) -> float | None:
@@ -341,14 +342,15 @@ def observe(state: ProgressState, samples: Iterable[ProgressSample | Sample], no
             ignored += 1
         elif gap > 0:
             longest = max(longest, gap)
-    return state.model_copy(
-        update={
+    return replaced(
+        state,
+        {
             "ranks": tuple(work[k].freeze() for k in sorted(work)),
             "watching_since": state.watching_since or now,
             "longest_gap_s": longest,
             "ignored": ignored,
             "untracked": untracked,
-        }
+        },
     )
 
 
