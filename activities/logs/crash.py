@@ -70,6 +70,7 @@ _FILE_LINE = re.compile(r'^\s+File "')
 _IGNORED = re.compile(r"^Exception ignored (?:in|on calling)\b")
 # The words of every load line ``parse_checkpoint`` names a checkpoint in: a cheap test before it runs.
 _LOAD_HINT = re.compile(r"checkpoint|Resuming training from|Loading model from", re.IGNORECASE)
+_LOAD_WORDS = ("checkpoint", "resuming training from", "loading model from")  # ``_LOAD_HINT`` lower-cased
 _TRACEBACK_LINE = re.compile(r"^(?:\s|Traceback \(most recent call last\)|During handling|The above exception)")
 
 CrashRule = Signature
@@ -138,6 +139,15 @@ class _Stream:
         """The checkpoint the stream's latest load line named."""
 
 
+def _load_hint(body: str) -> bool:
+    """``_LOAD_HINT.search(body)``; an ASCII body is tested by its words (a case-insensitive literal matches an ASCII
+    text exactly where the lower-cased literal is in the lower-cased text)."""
+    if body.isascii():
+        low = body.lower()
+        return any(word in low for word in _LOAD_WORDS)
+    return _LOAD_HINT.search(body) is not None
+
+
 class LineReader:
     """Reads lines in the order they were written and says what each means (module docstring). Memory is bounded."""
 
@@ -180,7 +190,7 @@ class LineReader:
             if not _TRACEBACK_LINE.match(body):
                 stream.ignoring = False
         if hit is None:
-            if _LOAD_HINT.search(body):
+            if _load_hint(body):
                 loaded = parse_checkpoint(LogLine(path=path, rank=None, text=body, offset=0))
                 if loaded is not None and loaded.loaded:
                     stream.checkpoint = loaded.loaded
