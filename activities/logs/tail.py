@@ -133,6 +133,7 @@ class LogTail:
         self._hosts = frozenset(hosts)
         self._refused: dict[str, str] = {}
         self._globbed: tuple[dict[str, LogPattern], dict[str, str]] | None = None
+        self._identity: dict[str, tuple[LogPattern, FileIdentity]] = {}  # what a path says: read once per name
 
     @property
     def patterns(self) -> tuple[str, ...]:
@@ -266,7 +267,12 @@ class LogTail:
         lines: list[Line] = []
         for path in sorted(chunks):
             pattern, chunk = chunks[path]
-            rank, node, _ = pattern.identity(path, self._hosts)
+            known = self._identity.get(path)
+            if known is None or known[0] is not pattern:
+                if len(self._identity) >= MAX_FILES:
+                    self._identity.clear()
+                known = self._identity[path] = (pattern, pattern.identity(path, self._hosts))
+            rank, node, _ = known[1]
             for line_offset, raw in chunk.lines:
                 line = decode(path, rank, node, line_offset, raw)
                 if since is None or not predates(line, since):
