@@ -142,6 +142,8 @@ class JobWatcher:
         self._tail_key: tuple[object, ...] = ()
         self._globbed_at = 0.0
         self._clock = clock
+        self._kept: ProgressState | None = None
+        """The progress the last decision kept watching with (``WatchFacts.progress_unchanged``)."""
 
     def read(self, snap: ClusterSnapshot, now: datetime | None = None) -> PollStep:
         """Read the job's new log lines against ``snap`` and decide (blocking file I/O: run it off the loop)."""
@@ -169,6 +171,7 @@ class JobWatcher:
             straggler_action=inp.straggler_action,
             reported_straggler_nodes=inp.reported_straggler_nodes,
             sample_due=inp.sample_after_s is not None and (now - self.started).total_seconds() >= inp.sample_after_s,
+            progress_unchanged=progress is self._kept,
         )
         return PollStep(facts=facts, decision=decide_poll(facts))
 
@@ -217,6 +220,7 @@ class JobWatcher:
                 stragglers=decision.stragglers,
             )
         self.state.progress = decision.progress or self.state.progress
+        self._kept = decision.progress if decision.action is WatchAction.KEEP_WATCHING else None
         return None
 
     async def poll(self, snap: ClusterSnapshot, fresh: FreshSnapshot) -> JobWatchResult | None:

@@ -322,9 +322,13 @@ def observe(state: ProgressState, samples: Iterable[ProgressSample | Sample], no
         now: The watcher's clock at this poll.
 
     Returns:
-        The new state; ``state`` is unchanged.
+        The new state; ``state`` is unchanged (and is what comes back, when there is nothing to apply).
     """
     now = aware(now)
+    if not isinstance(samples, list | tuple):
+        samples = list(samples)
+    if not samples and state.watching_since is not None and all(_within(r, state.ring) for r in state.ranks):
+        return state  # nothing to apply: every value would be copied as it is
     work: dict[int, _Rank] = {r.rank: _Rank.of(r, state.ring) for r in state.ranks}
     longest = state.longest_gap_s
     ignored = state.ignored
@@ -352,6 +356,11 @@ def observe(state: ProgressState, samples: Iterable[ProgressSample | Sample], no
             "untracked": untracked,
         },
     )
+
+
+def _within(r: RankProgress, ring: int) -> bool:
+    """Whether the rank's rings fit ``ring`` (``observe`` would cut a longer one)."""
+    return len(r.gaps_s) <= ring and len(r.step_times_s) <= ring and len(r.compute_times_s) <= ring
 
 
 def _summarise(summary: UntrackedRanks | None, rank: int, at: datetime, *, step: int | None = None) -> UntrackedRanks:

@@ -84,6 +84,10 @@ class WatchFacts(Frozen):
     sample_due: bool = False
     """This watch was asked to return for a liveness sample (``JobWatchInput.sample_after_s``) and that long has
     passed since it started."""
+    progress_unchanged: bool = False
+    """``progress`` is the state the previous poll's decision kept watching with, unchanged since (no step line or
+    heartbeat came): its straggler verdict cannot have changed (``assess_stragglers`` changes nothing without new
+    samples) and named no new node then, so it is not judged again."""
 
 
 class WatchAction(StrEnum):
@@ -143,7 +147,7 @@ def decide_poll(facts: WatchFacts) -> WatchDecision:
         if silent is not None and silent.hung:
             anomaly = build_anomaly(AnomalyKind.HANG, now, job=job, verdict=silent)
             return _anomaly(anomaly, progress=progress, hang=silent)
-        if facts.straggler_action is not StragglerAction.OFF:
+        if facts.straggler_action is not StragglerAction.OFF and not facts.progress_unchanged:
             progress, slow = assess_stragglers(progress, facts.stragglers)
             new_nodes = {n.node for n in slow.nodes} - set(facts.reported_straggler_nodes)
             if slow.flagged and new_nodes:
