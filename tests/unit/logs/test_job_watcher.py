@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import activities.logs.job_watcher as job_watcher
+import workflows.policy.straggler as straggler_policy
 import workflows.policy.watch as watch_policy
 from activities.logs.job_logs import LogPolicy
 from activities.logs.job_watcher import JobWatcher, WatchState
@@ -67,7 +68,7 @@ async def test_a_poll_with_nothing_new_does_not_judge_stragglers_again(
     step line is, and every line still counts once."""
 
     calls: list[tuple[Any, ...]] = []
-    real = watch_policy.assess_stragglers
+    real = straggler_policy.assess_stragglers
 
     def counted(*args: Any) -> Any:
         calls.append(args)
