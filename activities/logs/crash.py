@@ -40,11 +40,11 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from activities.logs.line import LogLine
+from activities.logs.line import Line, LinePrefix, LogLine
 from activities.logs.progress import parse_checkpoint
 from activities.logs.signature_fields import Fields, extract
 from activities.logs.signature_types import Category, Prepared, Role, Signature, SignatureMatch
-from activities.logs.signatures import SIGNATURES, match, prepare
+from activities.logs.signatures import SIGNATURES, match, peel, prepare
 from activities.logs.terminal import strip_terminal_codes
 from workflows.domain.base import Frozen
 from workflows.domain.findings import FindingKind
@@ -70,6 +70,7 @@ _FILE_LINE = re.compile(r'^\s+File "')
 _IGNORED = re.compile(r"^Exception ignored (?:in|on calling)\b")
 # The words of every load line ``parse_checkpoint`` names a checkpoint in: a cheap test before it runs.
 _LOAD_HINT = re.compile(r"checkpoint|Resuming training from|Loading model from", re.IGNORECASE)
+_LOAD_WORDS = ("checkpoint", "resuming training from", "loading model from")  # ``_LOAD_HINT`` lower-cased
 _TRACEBACK_LINE = re.compile(r"^(?:\s|Traceback \(most recent call last\)|During handling|The above exception)")
 
 CrashRule = Signature
@@ -138,13 +139,30 @@ class _Stream:
         """The checkpoint the stream's latest load line named."""
 
 
+def _load_hint(body: str) -> bool:
+    """``_LOAD_HINT.search(body)``; an ASCII body is tested by its words (a case-insensitive literal matches an ASCII
+    text exactly where the lower-cased literal is in the lower-cased text)."""
+    if body.isascii():
+        low = body.lower()
+        return any(word in low for word in _LOAD_WORDS)
+    return _LOAD_HINT.search(body) is not None
+
+
 class LineReader:
     """Reads lines in the order they were written and says what each means (module docstring). Memory is bounded."""
 
     def __init__(self) -> None:
         self._streams: dict[tuple[str, int | None], _Stream] = {}
 
-    def read(self, path: str, text: str, *, rank: int | None = None, host: str | None = None) -> LineRead:
+    def read(
+        self,
+        path: str,
+        text: str,
+        *,
+        rank: int | None = None,
+        host: str | None = None,
+        prefix: LinePrefix | None = None,
+    ) -> LineRead:
         """What ``text``, the next line of ``path``, says.
 
         Args:
@@ -152,8 +170,9 @@ class LineReader:
             text: The line as written.
             rank: The rank the caller already knows for the line (from its file's name), preferred to its prefixes'.
             host: The node the caller already knows (``%N`` in a file pattern), preferred to its prefixes'.
+            prefix: The line's first prefixes, when already peeled (``Line.prefix``).
         """
-        prep = prepare(text)
+        prep = prepare(text) if prefix is None else peel(prefix)
         body = prep.body
         stream = self._stream(path, rank if rank is not None else prep.rank)
         code_line = stream.after_file_line and body[:1] in (" ", "\t")
@@ -171,7 +190,7 @@ class LineReader:
             if not _TRACEBACK_LINE.match(body):
                 stream.ignoring = False
         if hit is None:
-            if _LOAD_HINT.search(body):
+            if _load_hint(body):
                 loaded = parse_checkpoint(LogLine(path=path, rank=None, text=body, offset=0))
                 if loaded is not None and loaded.loaded:
                     stream.checkpoint = loaded.loaded
@@ -182,11 +201,12 @@ class LineReader:
         named = hit.groups.get("checkpoint") or hit.groups.get("checkpoint_file")
         return LineRead(prep, hit, fields, (named.rstrip(".:)]") if named else None) or self._loaded(path, stream))
 
-    def classify(self, line: LogLine) -> list[CrashFinding]:
+    def classify(self, line: LogLine | Line) -> list[CrashFinding]:
         """What ``line`` (the next line of its file) says crashed; see ``classify``."""
-        return crash_findings(line, self.read(line.path, line.text, rank=line.rank, host=line.node))
+        prefix = line.prefix if isinstance(line, Line) else None
+        return crash_findings(line, self.read(line.path, line.text, rank=line.rank, host=line.node, prefix=prefix))
 
-    def scan(self, lines: Iterable[LogLine]) -> list[CrashFinding]:
+    def scan(self, lines: Iterable[LogLine | Line]) -> list[CrashFinding]:
         """``classify`` every line, in order."""
         return [finding for line in lines for finding in self.classify(line)]
 
@@ -206,7 +226,7 @@ class LineReader:
         return stream
 
 
-def crash_findings(line: LogLine, read: LineRead) -> list[CrashFinding]:
+def crash_findings(line: LogLine | Line, read: LineRead) -> list[CrashFinding]:
     """The findings of one read line: none for an ordinary line, one per rank for a row naming a task list, else one."""
     hit, f = read.hit, read.fields
     if hit is None or f is None:
@@ -258,7 +278,7 @@ def classify(line: LogLine) -> list[CrashFinding]:
     return LineReader().classify(line)
 
 
-def scan(lines: Iterable[LogLine]) -> list[CrashFinding]:
+def scan(lines: Iterable[LogLine | Line]) -> list[CrashFinding]:
     """Every line's findings, in order, read by one ``LineReader`` (the lines' multi-line context counts)."""
     return LineReader().scan(lines)
 

@@ -24,11 +24,11 @@ from typing import Any
 from activities.logs.crash import scan, to_findings
 from activities.logs.heartbeat import heartbeat_times
 from activities.logs.job_logs import LogPolicy, log_patterns
-from activities.logs.line import LogLine
-from activities.logs.progress import parse_step
+from activities.logs.line import Line, LogLine
+from activities.logs.step_line import line_body, step_fields
 from activities.logs.tail import LogTail
 from workflows.domain.loop import JobWatchInput, JobWatchResult
-from workflows.domain.progress import ProgressSample, ProgressState, note_activity, observe
+from workflows.domain.progress import ProgressState, Sample, aware, note_activity, observe
 from workflows.domain.slurm import ClusterSnapshot, SlurmJob
 from workflows.policy.attribution import block_rank_layout
 from workflows.policy.watch import WatchAction, WatchDecision, WatchFacts, decide_poll
@@ -45,32 +45,25 @@ _NODE_TOKEN = re.compile(r"(?<![\w.])node=([A-Za-z0-9][\w.-]{0,63})")
 FreshSnapshot = Callable[[], Awaitable[ClusterSnapshot]]
 
 
-def progress_samples(lines: Sequence[LogLine], read_at: datetime, layout: dict[int, str]) -> list[ProgressSample]:
+def progress_samples(lines: Sequence[LogLine | Line], read_at: datetime, layout: dict[int, str]) -> list[Sample]:
     """The step lines among ``lines``, as progress samples: rank from the file or line, node from the file name's
     ``%N``, a ``node=`` token, or the job's block layout; lines without their own time are stamped ``read_at``.
 
     Lines that name no rank count as rank 0's: a job whose only log is rank 0's stdout still shows progress
-    (its hang window is then rank 0's; stragglers need per-rank lines).
+    (its hang window is then rank 0's; stragglers need per-rank lines). The values hold what ``ProgressSample``
+    checks (``step_line`` reads digits, and times within bounds), so they go to ``observe`` as plain ``Sample`` s.
     """
+    read_at = aware(read_at)
     samples = []
     for line in lines:
-        mark = parse_step(line)
+        mark = step_fields(line.prefix.body if isinstance(line, Line) else line_body(line.text))
         if mark is None:
             continue
-        rank = mark.rank if mark.rank is not None else 0
-        token = _NODE_TOKEN.search(line.text)
+        rank = line.rank if line.rank is not None else 0
+        token = _NODE_TOKEN.search(line.text) if not line.node else None
         node = line.node or (token.group(1) if token else "") or layout.get(rank, "")
-        samples.append(
-            ProgressSample(
-                rank=rank,
-                node=node,
-                step=mark.step,
-                at=mark.at or read_at,
-                step_time_s=mark.step_time_s,
-                compute_time_s=mark.compute_time_s,
-                epoch=mark.epoch,
-            )
-        )
+        at = line.at or read_at
+        samples.append(Sample(rank, node, mark.step, at, mark.step_time_s, mark.compute_time_s, mark.epoch))
     return samples
 
 
@@ -149,6 +142,8 @@ class JobWatcher:
         self._tail_key: tuple[object, ...] = ()
         self._globbed_at = 0.0
         self._clock = clock
+        self._kept: ProgressState | None = None
+        """The progress the last decision kept watching with (``WatchFacts.progress_unchanged``)."""
 
     def read(self, snap: ClusterSnapshot, now: datetime | None = None) -> PollStep:
         """Read the job's new log lines against ``snap`` and decide (blocking file I/O: run it off the loop)."""
@@ -157,7 +152,7 @@ class JobWatcher:
         if job is not None and job.nodes:
             st.nodes = list(job.nodes)
         tail, rescan = self._tail_for(job)
-        lines, st.offsets = tail.read_new(st.offsets, rescan=rescan)
+        lines, st.offsets = tail.read_lines(st.offsets, rescan=rescan)
         self._logs.report(inp.job_id, tail)
         now = now or datetime.now(UTC)
         progress = self._track(job, st.progress or ProgressState(), lines, now)
@@ -176,6 +171,7 @@ class JobWatcher:
             straggler_action=inp.straggler_action,
             reported_straggler_nodes=inp.reported_straggler_nodes,
             sample_due=inp.sample_after_s is not None and (now - self.started).total_seconds() >= inp.sample_after_s,
+            progress_unchanged=progress is self._kept,
         )
         return PollStep(facts=facts, decision=decide_poll(facts))
 
@@ -224,6 +220,7 @@ class JobWatcher:
                 stragglers=decision.stragglers,
             )
         self.state.progress = decision.progress or self.state.progress
+        self._kept = decision.progress if decision.action is WatchAction.KEEP_WATCHING else None
         return None
 
     async def poll(self, snap: ClusterSnapshot, fresh: FreshSnapshot) -> JobWatchResult | None:
@@ -233,7 +230,7 @@ class JobWatcher:
         return self.settle(step, again)
 
     def _track(
-        self, job: SlurmJob | None, progress: ProgressState, lines: Sequence[LogLine], now: datetime
+        self, job: SlurmJob | None, progress: ProgressState, lines: Sequence[Line], now: datetime
     ) -> ProgressState:
         """Fold this poll's step lines and heartbeat files into the job's progress state."""
         inp = self.inp

@@ -18,15 +18,31 @@ without a zone is taken as UTC. Lines without one (traceback lines) get None.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import NamedTuple
 
 from pydantic import field_validator
 
+from activities.logs.terminal import strip_terminal_codes
 from workflows.domain.base import Frozen
 
-__all__ = ["LinePrefix", "LogLine", "MAX_RANK_DIGITS", "decode_line", "rank_token", "split_prefix"]
+__all__ = [
+    "CLOCK_SKEW",
+    "Line",
+    "LinePrefix",
+    "LogLine",
+    "MAX_RANK_DIGITS",
+    "ZONELESS_SLACK",
+    "decode",
+    "decode_line",
+    "has_zone",
+    "predates",
+    "rank_token",
+    "split_prefix",
+    "to_model",
+]
 
 # Larger numbers are not ranks: a rank fits in an int32, and int() of a long digit string is slow (Python caps
 # it at 4300 digits with a ValueError).
@@ -40,6 +56,15 @@ _TS_CORE = (
     r"\s?(?P<tz>Z|UTC|[+-]\d\d:?\d\d)?"
 )
 _TIMESTAMP = re.compile(rf"^\s*(?:\[{_TS_CORE}\]|{_TS_CORE.replace('?P<', '?P<b_')})\s*")
+# The end of a stamp that names its zone: ``Z``, ``UTC``, ``+02:00``, ``-0500`` (``split_prefix`` parsed it).
+_ZONE_END = re.compile(r"(?:Z|UTC|[+-]\d\d:?\d\d)\]?\s*$")
+_ESC = "\x1b"
+CLOCK_SKEW = timedelta(seconds=60)
+"""A stamped line counts as the attempt's unless it predates the anchor by more than this: the ranks' clocks and
+slurmctld's may differ a little, and dropping a line of the current attempt costs more than keeping an old one."""
+ZONELESS_SLACK = timedelta(hours=14)
+"""A stamp without a zone is local time of a zone Rebound does not know (UTC-12 to UTC+14): it predates the anchor
+for sure only when it is this much older (Python's ``logging`` writes such stamps by default)."""
 _RANK_TOKEN = re.compile(
     r"(?<![\w.])rank=(?P<a>\d+)|\[rank\s*(?P<b>\d+)\]|(?<![\w.])rank\s+(?P<c>\d+)\s*/\s*\d+",
     re.IGNORECASE,
@@ -124,8 +149,25 @@ def rank_token(text: str) -> int | None:
     return int(digits) if len(digits) <= MAX_RANK_DIGITS else None
 
 
-def decode_line(path: str, file_rank: int | None, node: str | None, offset: int, raw: bytes) -> LogLine:
-    """The ``LogLine`` of ``raw`` (bytes without their terminator): the file's rank, else the line's own (module
+class Line(NamedTuple):
+    """One line as ``decode`` reads it, in plain values: what the watch reads on every poll (``LogLine`` is the
+    same as a model, for callers that keep or send lines)."""
+
+    path: str
+    rank: int | None
+    text: str
+    offset: int
+    at: datetime | None
+    node: str | None
+    task: int | None
+    rank_is_task: bool
+    prefix: LinePrefix
+    """``split_prefix(strip_terminal_codes(text), parse_time=False)``: the prefixes and the body that the progress
+    and signature readers start from (found once, here)."""
+
+
+def decode(path: str, file_rank: int | None, node: str | None, offset: int, raw: bytes) -> Line:
+    """The ``Line`` of ``raw`` (bytes without their terminator): the file's rank, else the line's own (module
     docstring), and the srun label's task."""
     text = raw.decode("utf-8", errors="replace")
     prefix = split_prefix(text)
@@ -135,30 +177,70 @@ def decode_line(path: str, file_rank: int | None, node: str | None, offset: int,
         rank = prefix.label
     if rank is None:
         rank = rank_token(prefix.body)
+    if _ESC in text or (prefix.at is None and _TIMESTAMP.match(prefix.body)):
+        bare = split_prefix(strip_terminal_codes(text), parse_time=False)  # codes, or a stamp that did not parse
+    else:
+        bare = LinePrefix(prefix.label, prefix.torch_rank, None, prefix.body)  # the same peeling
+    return Line(path, rank, text, offset, prefix.at, node, prefix.label, rank_is_task, bare)
+
+
+def decode_line(path: str, file_rank: int | None, node: str | None, offset: int, raw: bytes) -> LogLine:
+    """The ``LogLine`` of ``raw`` (``decode``'s reading as a model)."""
+    line = decode(path, file_rank, node, offset, raw)
+    return to_model(line)
+
+
+def to_model(line: Line) -> LogLine:
+    """``line`` as a ``LogLine``."""
     return LogLine(
-        path=path,
-        rank=rank,
-        node=node,
-        text=text,
-        offset=offset,
-        at=prefix.at,
-        task=prefix.label,
-        rank_is_task=rank_is_task,
+        path=line.path,
+        rank=line.rank,
+        node=line.node,
+        text=line.text,
+        offset=line.offset,
+        at=line.at,
+        task=line.task,
+        rank_is_task=line.rank_is_task,
     )
 
 
+def predates(line: LogLine | Line, since: datetime) -> bool:
+    """Whether ``line``'s own timestamp says it was written before ``since``: by more than ``CLOCK_SKEW`` for a stamp
+    with a zone, by more than ``ZONELESS_SLACK`` for one without (``activities.logs.tail``)."""
+    if line.at is None or line.at >= since - min(CLOCK_SKEW, ZONELESS_SLACK):
+        return False  # not early by either margin (every live line): no need to look for a zone
+    return line.at < since - (CLOCK_SKEW if has_zone(line) else ZONELESS_SLACK)
+
+
+def has_zone(line: LogLine | Line) -> bool:
+    """Whether the leading timestamp of ``line`` names its zone (else ``LogLine.at`` is local time read as UTC)."""
+    body = split_prefix(line.text).body
+    stamp = line.text[: len(line.text) - len(body)] if body else line.text
+    return _ZONE_END.search(stamp) is not None
+
+
 def _parse_timestamp(m: re.Match[str]) -> datetime | None:
-    g = {k.removeprefix("b_"): v for k, v in m.groupdict().items() if v is not None}
+    date, clock, frac, tz, b_date, b_clock, b_frac, b_tz = m.group(*_TS_GROUPS)
+    if date is None:  # the unbracketed form
+        date, clock, frac, tz = b_date, b_clock, b_frac, b_tz
     try:
-        year, month, day = (int(x) for x in g["date"].split("-"))
-        hour, minute, second = (int(x) for x in g["time"].split(":"))
-        micros = int(g.get("frac", "0")[:6].ljust(6, "0"))
-        tz = g.get("tz") or "Z"
-        zone = UTC
-        if tz not in ("Z", "UTC"):
-            sign = -1 if tz[0] == "-" else 1
-            digits = tz[1:].replace(":", "")
-            zone = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
-        return datetime(year, month, day, hour, minute, second, micros, tzinfo=zone)
-    except (KeyError, ValueError):
+        zone = UTC if tz is None or tz == "Z" or tz == "UTC" else _zone(tz)
+        micros = int(frac[:6].ljust(6, "0")) if frac else 0
+        return datetime(
+            int(date[:4]), int(date[5:7]), int(date[8:]), int(clock[:2]), int(clock[3:5]), int(clock[6:]), micros, zone
+        )
+    except ValueError:
         return None  # 2026-13-45 is not a timestamp: leave the text as it is
+
+
+@functools.lru_cache(maxsize=64)
+def _zone(tz: str) -> timezone:
+    """The zone of ``+05:30``, ``-0500``; ValueError for an offset no zone has (a day or more)."""
+    sign = -1 if tz[0] == "-" else 1
+    digits = tz[1:].replace(":", "")
+    return timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+
+
+_TS_GROUPS = tuple(
+    _TIMESTAMP.groupindex[g] for g in ("date", "time", "frac", "tz", "b_date", "b_time", "b_frac", "b_tz")
+)

@@ -44,19 +44,15 @@ checkpoint's global step.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable
 from datetime import datetime
-from typing import NamedTuple
 
-from activities.logs.line import LogLine, split_prefix
+from activities.logs.line import LogLine
 from activities.logs.progress_rules import (
     BAR_NOT_STARTED,
     CHECKPOINT_RULES,
     CHECKPOINT_STEP,
     CHECKPOINT_WORDS,
-    EPOCH,
     NOT_PROGRESS,
     STEP_RULES,
     STEP_TIME_RULES,
@@ -64,6 +60,17 @@ from activities.logs.progress_rules import (
     CheckpointRule,
     StepRule,
     StepTimeRule,
+)
+from activities.logs.step_line import (
+    MAX_DIGITS,
+    MAX_STEP_TIME_S,
+    StepTimes,
+    count,
+    line_body,
+    not_progress,
+    parse_step_times,
+    step_fields,
+    step_match,
 )
 from activities.logs.terminal import strip_terminal_codes
 from workflows.domain.base import Frozen
@@ -89,16 +96,8 @@ __all__ = [
     "parse_training",
 ]
 
-#: A step time above this (30 days) is a parse accident, not a measurement.
-MAX_STEP_TIME_S = 30 * 24 * 3600.0
 _MAX_TEXT = 300
-_MAX_DIGITS = 18
 _DETAIL_RULES = frozenset(rule.name for rule in CHECKPOINT_RULES if rule.detail) | {"bar_start"}
-
-
-class StepTimes(NamedTuple):
-    step_time_s: float | None
-    compute_time_s: float | None
 
 
 class _Mark(Frozen):
@@ -183,21 +182,10 @@ def parse_step(line: LogLine) -> StepMark | None:
         The step mark, or None for lines that report no step, match ``NOT_PROGRESS``, or are a progress bar's
         frame that counted nothing yet (module docstring).
     """
-    body = _body(line.text)
-    if _NOT_PROGRESS_ANY.search(body):
+    fields = step_fields(line_body(line.text))
+    if fields is None:
         return None
-    found = _step_match(body)
-    if found is None:
-        return None
-    rule, m = found
-    step = int(m.group("step"))
-    if rule.bar and (step == 0 or BAR_NOT_STARTED.search(body, m.end("step")) is not None):
-        return None  # the bar's first frame, or its starting point after a resume (``parse_checkpoint``)
-    groups = m.groupdict()
-    epoch = groups.get("epoch")
-    if epoch is None:
-        in_line = EPOCH.search(body)
-        epoch = in_line.group(1) if in_line else None
+    rule = fields.rule
     return StepMark(
         rule=rule.name,
         text=_clip(line.text),
@@ -205,53 +193,14 @@ def parse_step(line: LogLine) -> StepMark | None:
         offset=line.offset,
         rank=line.rank,
         at=line.at,
-        step=step,
-        total=_count(groups.get("total")),
-        epoch=_count(epoch),
+        step=fields.step,
+        total=fields.total,
+        epoch=fields.epoch,
         zero_based=rule.zero_based,
         per_epoch=rule.per_epoch,
-        **parse_step_times(rule.name, body)._asdict(),
+        step_time_s=fields.step_time_s,
+        compute_time_s=fields.compute_time_s,
     )
-
-
-def _step_match(body: str) -> tuple[StepRule, re.Match[str]] | None:
-    for rule in STEP_RULES:
-        m = rule.pattern.search(body)
-        if m is not None and _count(m.group("step")) is not None:
-            return rule, m
-    return None
-
-
-def parse_step_times(step_rule: str, body: str) -> StepTimes:
-    """The step and compute times a step line's ``body`` gives, by ``STEP_TIME_RULES``, as ``StepMark`` fields.
-
-    Args:
-        step_rule: The name of the ``STEP_RULES`` rule that matched the line.
-        body: The line without its prefixes.
-
-    Returns:
-        Each time when the line gives a finite, non-negative value no larger than ``MAX_STEP_TIME_S``, else None
-        (``?it/s`` and ``0it/s`` give none).
-    """
-    found: dict[str, float] = {}
-    for rule in STEP_TIME_RULES:
-        if rule.field in found or (rule.step_rules and step_rule not in rule.step_rules):
-            continue
-        m = rule.pattern.search(body)
-        if m is None:
-            continue
-        seconds = _seconds(float(m.group("value")), m.groupdict().get("unit") or rule.unit)
-        if seconds is not None:
-            found[rule.field] = seconds
-    return StepTimes(found.get("step_time_s"), found.get("compute_time_s"))
-
-
-def _seconds(value: float, unit: str) -> float | None:
-    if unit == "it/s":
-        value = 1.0 / value if value > 0 else math.inf
-    elif unit == "ms":
-        value /= 1000.0
-    return value if math.isfinite(value) and 0 <= value <= MAX_STEP_TIME_S else None
 
 
 def parse_checkpoint(line: LogLine) -> CheckpointMark | None:
@@ -266,7 +215,7 @@ def parse_checkpoint(line: LogLine) -> CheckpointMark | None:
     Returns:
         The checkpoint mark, or None.
     """
-    body = _body(line.text)
+    body = line_body(line.text)
     lowered = body.lower()
     if not any(word in lowered for word in CHECKPOINT_WORDS):
         start = _bar_start(body)
@@ -278,7 +227,7 @@ def parse_checkpoint(line: LogLine) -> CheckpointMark | None:
         name = (m.groupdict().get("name") or "").rstrip(".:)]") if rule.found else None
         step = CHECKPOINT_STEP.search(body, m.start())
         digits = (step.group(1) or step.group(2)) if step else None
-        return _checkpoint_mark(line, rule.name, name, _count(digits) if rule.found else None)
+        return _checkpoint_mark(line, rule.name, name, count(digits) if rule.found else None)
     start = _bar_start(body)
     return _checkpoint_mark(line, "bar_start", "", start) if start is not None else None
 
@@ -287,9 +236,10 @@ def _bar_start(body: str) -> int | None:
     """The count a progress bar frame shows before it counted anything, when above 0 (module docstring)."""
     if "<?" not in body:
         return None  # the cheap test first: most lines are no such frame
-    if _NOT_PROGRESS_ANY.search(body):
+    low = body.lower() if body.isascii() else None
+    if not_progress(body, low):
         return None
-    found = _step_match(body)
+    found = step_match(body, low)
     if found is None or not found[0].bar:
         return None
     step = int(found[1].group("step"))
@@ -311,11 +261,11 @@ def _checkpoint_mark(line: LogLine, rule: str, loaded: str | None, step: int | N
 
 def parse_training(line: LogLine) -> TrainingMark | None:
     """A line that shows training ran without naming a step (``TRAINING_LOG``); None otherwise."""
-    body = _body(line.text)
+    body = line_body(line.text)
     m = TRAINING_LOG.search(body)
     if m is None:
         return None
-    epoch = float(m.group("epoch")) if len(m.group("epoch")) <= _MAX_DIGITS else None
+    epoch = float(m.group("epoch")) if len(m.group("epoch")) <= MAX_DIGITS else None
     return TrainingMark(
         rule="hf_training_log",
         text=_clip(line.text),
@@ -407,28 +357,6 @@ def _latest_resume(
 def _before(a: _Mark, b: _Mark) -> bool:
     """``a`` strictly earlier than ``b`` by their timestamps; False when either has none (keep input order)."""
     return a.at is not None and b.at is not None and a.at < b.at
-
-
-def _count(digits: str | None) -> int | None:
-    """A step, total or epoch number; None for none, or for more digits than an int64 holds (no counter has
-    them, and ``int()`` of a long digit string is slow, then a ValueError past 4300 digits)."""
-    return int(digits) if digits and len(digits) <= _MAX_DIGITS else None
-
-
-def _any_of(patterns: tuple[re.Pattern[str], ...]) -> re.Pattern[str]:
-    """One regex that matches where any of ``patterns`` does (one pass over a line instead of one each)."""
-    flags = {p.flags for p in patterns}
-    if len(flags) != 1:
-        raise ValueError("patterns joined into one must share their flags")
-    return re.compile("|".join(f"(?:{p.pattern})" for p in patterns), flags.pop())
-
-
-_NOT_PROGRESS_ANY = _any_of(NOT_PROGRESS)
-
-
-def _body(text: str) -> str:
-    """The line without its prefixes and terminal escape codes."""
-    return split_prefix(strip_terminal_codes(text), parse_time=False).body
 
 
 def _clip(text: str) -> str:

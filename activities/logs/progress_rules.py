@@ -24,6 +24,7 @@ __all__ = [
     "CHECKPOINT_WORDS",
     "EPOCH",
     "NOT_PROGRESS",
+    "NOT_PROGRESS_WORDS",
     "STEP_RULES",
     "STEP_TIME_RULES",
     "TRAINING_LOG",
@@ -43,6 +44,9 @@ class StepRule:
     """The line prints the index of the step just trained, from 0 (module docstring)."""
     per_epoch: bool = False
     """The count starts again every epoch (Lightning's bar counts batches of the epoch): not a global step."""
+    needs: str = ""
+    """Text (lower case) that every line the pattern matches contains: an ASCII line without it skips the regex
+    (``activities.logs.progress``); "" for none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +71,15 @@ class StepTimeRule:
     """The unit when the line names none."""
     step_rules: frozenset[str] = frozenset()
     """The ``STEP_RULES`` whose lines this rule reads; empty for any."""
+    needs: tuple[str, ...] = ()
+    """Texts one of which (as written: these patterns are case-sensitive) every line the pattern matches contains:
+    a line with none of them skips the regex; empty for none."""
 
 
-def _s(name: str, regex: str, *, bar: bool = False, zero_based: bool = False, per_epoch: bool = False) -> StepRule:
-    return StepRule(name, re.compile(regex, re.IGNORECASE), bar, zero_based, per_epoch)
+def _s(
+    name: str, regex: str, *, needs: str, bar: bool = False, zero_based: bool = False, per_epoch: bool = False
+) -> StepRule:
+    return StepRule(name, re.compile(regex, re.IGNORECASE), bar, zero_based, per_epoch, needs)
 
 
 def _c(name: str, regex: str, *, found: bool = True, detail: bool = False) -> CheckpointRule:
@@ -86,29 +95,35 @@ STEP_RULES: tuple[StepRule, ...] = (
     _s(
         "nemo",
         r"\bTraining epoch (?P<epoch>\d+), iteration \d+/(?P<total>\d+) \|[^\n]*?\| global_step: (?P<step>\d+) \|",
+        needs="training epoch ",
         zero_based=True,
     ),
     # Megatron-LM: " iteration      120/    1000 | consumed samples: ..."
-    _s("megatron", r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)\s*\|"),
+    _s("megatron", r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)\s*\|", needs="iteration"),
     # Lightning's bar: "Epoch 0:  10%|█         | 120/1200 [00:10<01:30, 12.00it/s, v_num=0, train_loss=0.512]"
     # (NeMo 1's too, with "reduced_train_loss=..., global_step=119.0" in its postfix).
     _s(
         "lightning_bar",
         r"\bEpoch (?P<epoch>\d+):\s*\d+%\|[^|]*\|\s*(?P<step>\d+)/(?P<total>\d+)",
+        needs="%|",
         bar=True,
         per_epoch=True,
     ),
     # A bare tqdm bar (HF Trainer's counts optimizer steps): " 10%|█         | 120/1200 [00:10<01:30, ...]"
-    _s("tqdm_bar", r"^\s*\d+%\|[^|]*\|\s*(?P<step>\d+)/(?P<total>\d+)\s*\[", bar=True),
+    _s("tqdm_bar", r"^\s*\d+%\|[^|]*\|\s*(?P<step>\d+)/(?P<total>\d+)\s*\[", needs="%|", bar=True),
     # nanoGPT: "iter 120: loss 2.3100, time 123.45ms, mfu 30.12%", logged after iteration 120 (from 0) trained.
-    _s("nanogpt", r"(?<![\w.])iter (?P<step>\d+): loss [-+\d.naif]+, time ", zero_based=True),
+    _s("nanogpt", r"(?<![\w.])iter (?P<step>\d+): loss [-+\d.naif]+, time ", needs="iter ", zero_based=True),
     # DeepSpeed's pipeline engine: "steps: 10 loss: 0.6931 iter time (s): 0.123 samples/sec: 260.1"
-    _s("deepspeed_steps", r"(?<![\w.])steps: (?P<step>\d+) loss: "),
-    _s("global_step", r"(?<![\w.])global[_ ]step\s*(?:[:=]\s*)?(?P<step>\d+)"),
-    _s("iteration", r"(?<![\w.])(?:iteration|iter)\s*(?:[:=]\s*)?(?P<step>\d+)(?:\s*/\s*(?P<total>\d+))?"),
+    _s("deepspeed_steps", r"(?<![\w.])steps: (?P<step>\d+) loss: ", needs="steps: "),
+    _s("global_step", r"(?<![\w.])global[_ ]step\s*(?:[:=]\s*)?(?P<step>\d+)", needs="global"),
+    _s(
+        "iteration",
+        r"(?<![\w.])(?:iteration|iter)\s*(?:[:=]\s*)?(?P<step>\d+)(?:\s*/\s*(?P<total>\d+))?",
+        needs="iter",
+    ),
     # "step=120", "step 120", "Step 120/1000", "step: 120" (torchtitan: "step:  10  loss:  8.1234  memory: ...");
     # not "steps=" or "step_time=".
-    _s("step", r"(?<![\w.])step\s*(?:[:=]\s*)?(?P<step>\d+)(?:\s*/\s*(?P<total>\d+))?"),
+    _s("step", r"(?<![\w.])step\s*(?:[:=]\s*)?(?P<step>\d+)(?:\s*/\s*(?P<total>\d+))?", needs="step"),
 )
 
 #: A bar frame drawn before the bar counted anything since it started: tqdm shows no rate and no time left
@@ -123,17 +138,29 @@ STEP_TIME_RULES: tuple[StepTimeRule, ...] = (
         "step_time",
         re.compile(r"(?<![\w.])(?:step_time|time_per_step)['\"]?\s*[:=]\s*" + _NUM + r"\s*(?P<unit>ms|s)?(?![\w/])"),
         "step_time_s",
+        needs=("step_time", "time_per_step"),
     ),
     StepTimeRule(
         "compute_time",
         re.compile(r"(?<![\w.])compute_time['\"]?\s*[:=]\s*" + _NUM + r"\s*(?P<unit>ms|s)?(?![\w/])"),
         "compute_time_s",
+        needs=("compute_time",),
     ),
     # Megatron-LM: "elapsed time per iteration (ms): 1234.5 |", newer ones "... (ms): 1234.5/1200.3 |" (now/mean).
-    StepTimeRule("megatron", re.compile(r"elapsed time per iteration \(ms\):\s*" + _NUM), "step_time_s", "ms"),
+    StepTimeRule(
+        "megatron",
+        re.compile(r"elapsed time per iteration \(ms\):\s*" + _NUM),
+        "step_time_s",
+        "ms",
+        needs=("elapsed time per iteration (ms):",),
+    ),
     # NeMo 2: "| train_step_timing in s: 0.03146 |".
     StepTimeRule(
-        "nemo", re.compile(r"\btrain_step_timing in s: " + _NUM), "step_time_s", step_rules=frozenset({"nemo"})
+        "nemo",
+        re.compile(r"\btrain_step_timing in s: " + _NUM),
+        "step_time_s",
+        step_rules=frozenset({"nemo"}),
+        needs=("train_step_timing in s: ",),
     ),
     # DeepSpeed's pipeline engine: "steps: 10 loss: 0.6931 iter time (s): 0.123 samples/sec: 260.1".
     StepTimeRule(
@@ -141,6 +168,7 @@ STEP_TIME_RULES: tuple[StepTimeRule, ...] = (
         re.compile(r"\biter time \(s\): " + _NUM),
         "step_time_s",
         step_rules=frozenset({"deepspeed_steps"}),
+        needs=("iter time (s): ",),
     ),
     # nanoGPT: "iter 120: loss 2.3100, time 123.45ms, mfu 30.12%".
     StepTimeRule(
@@ -148,6 +176,7 @@ STEP_TIME_RULES: tuple[StepTimeRule, ...] = (
         re.compile(r"(?<![\w.])time\s*(?:[:=]\s*)?" + _NUM + r"\s*(?P<unit>ms|s)(?![\w/])"),
         "step_time_s",
         step_rules=frozenset({"iteration", "nanogpt"}),
+        needs=("time",),
     ),
     # tqdm's rate inside the bar's brackets: "[00:18<31:07,  2.54s/it, loss=...]" or "[00:10<01:30, 12.00it/s]".
     # No "[" or a second "<" inside: from every "[" the match attempt then ends at the next one (linear, not quadratic).
@@ -156,6 +185,7 @@ STEP_TIME_RULES: tuple[StepTimeRule, ...] = (
         re.compile(r"\[[^\]\[<]*<[^\]\[,]*,\s*" + _NUM + r"(?P<unit>s/it|it/s)"),
         "step_time_s",
         step_rules=frozenset({"lightning_bar", "tqdm_bar"}),
+        needs=("<",),
     ),
 )
 
@@ -173,6 +203,21 @@ NOT_PROGRESS: tuple[re.Pattern[str], ...] = (
     # nanoGPT's evaluation at the top of an iteration: "step 2000: train loss 1.6, val loss 1.8" (nothing trained
     # yet in this iteration; after a resume it is printed at the checkpoint's own step).
     re.compile(r"^step \d+: train loss \S+, val loss ", re.IGNORECASE),
+)
+#: Every line a ``NOT_PROGRESS`` pattern matches holds one of these (lower-cased): an ASCII line with none of them
+#: skips the patterns (``activities.logs.progress``; ``tests/unit/logs/test_progress_prefilter.py`` compares).
+NOT_PROGRESS_WORDS = (
+    "checkpoint",
+    "time (ms) |",
+    "error",
+    "fatal",
+    "exception",
+    "traceback",
+    "start",  # starting, start, restarting
+    "resuming",
+    "continuing training",
+    "skip",  # skipping, will skip
+    "val loss",
 )
 
 _NAME = r"['\"]?(?P<name>[^\s'\",;]+)['\"]?"

@@ -21,14 +21,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from activities.logs.line import split_prefix
+from activities.logs.line import LinePrefix, split_prefix
 from activities.logs.signature_fields import signal_number
 from activities.logs.signature_table import ROWS
 from activities.logs.signature_types import CATEGORIES, Category, Prepared, Role, Signature, SignatureMatch
 from activities.logs.terminal import strip_terminal_codes
 from workflows.domain.incident import FailureClass
 
-__all__ = ["SIGNATURES", "match", "prepare"]
+__all__ = ["SIGNATURES", "match", "peel", "prepare"]
 
 SIGNATURES: tuple[Signature, ...] = tuple(sorted(ROWS, key=lambda s: -s.priority))
 """The table, highest priority first (rows of equal priority in the order written)."""
@@ -69,7 +69,12 @@ def prepare(text: str) -> Prepared:
         prefix, ``slurmstepd-<node>:``, NCCL's ``host:pid:tid``) and GPU (NCCL's ``[dev]``) its prefixes name,
         each None when they name none. What the body names itself is read by ``extract``, for matched lines only.
     """
-    prefix = split_prefix(strip_terminal_codes(text), parse_time=False)
+    return peel(split_prefix(strip_terminal_codes(text), parse_time=False))
+
+
+def peel(prefix: LinePrefix) -> Prepared:
+    """``prepare`` of a line whose first prefixes are already peeled: ``prefix`` is its ``split_prefix`` (terminal
+    codes stripped, ``parse_time=False``; ``activities.logs.line.Line.prefix``)."""
     body = prefix.body
     # ``[rankN]:`` is the global rank; an srun label is only the Slurm task (``activities.logs.line``).
     rank = prefix.torch_rank if prefix.torch_rank is not None else prefix.label
@@ -101,8 +106,7 @@ def prepare(text: str) -> Prepared:
 
 def match(body: str) -> SignatureMatch | None:
     """The highest-priority row whose pattern is found in ``body`` (see ``prepare``), or None."""
-    low = body.lower()
-    hits = [_ROWS_OF_HINT[h] for h in {h for m in _ANY_HINT.finditer(low) for h in _PREFIX_HINTS[m.group(1)]}]
+    hits = [_ROWS_OF_HINT[h] for h in _hints_in(body.lower())]
     if not hits and not _ALWAYS_TRIED:
         return None  # most lines: no row could match
     if _BENIGN.search(body):
@@ -114,6 +118,19 @@ def match(body: str) -> SignatureMatch | None:
         if m is not None:
             return _resolve(sig, {k: v for k, v in m.groupdict().items() if v is not None})
     return None
+
+
+def _hints_in(low: str) -> set[str]:
+    """The hints that occur in ``low`` (a lower-cased body): at each position where one starts, the trie takes the
+    longest, and every hint that is a prefix of it starts there too (the search resumes one character on, so
+    overlapping hints are found)."""
+    found: set[str] = set()
+    search = _HINT_AT.search
+    m = search(low)
+    while m is not None:
+        found.update(_PREFIX_HINTS[m.group()])
+        m = search(low, m.start() + 1)
+    return found
 
 
 def _index_hints() -> tuple[tuple[tuple[str, tuple[int, ...]], ...], tuple[int, ...]]:
@@ -151,14 +168,15 @@ def _prefix_hints(hints: Sequence[str]) -> dict[str, tuple[str, ...]]:
     return {h: tuple(p for p in hints if h.startswith(p)) for h in hints}
 
 
-# The hints present in a line are found in one pass (a third less than ~185 substring tests, measured): at each
-# position the trie takes the longest hint that starts there, and every hint that is a prefix of it starts there
-# too; so the hints found are exactly those a substring test of each finds. Only the rows whose hints are present
-# run their regex.
+# The hints present in a line are found in one pass of a trie regex (a third less than ~185 substring tests, and a
+# plain search from each found position half a lookahead at every position, measured): at each position the trie
+# takes the longest hint that starts there, and every hint that is a prefix of it starts there too; so the hints
+# found are exactly those a substring test of each finds (``tests/unit/logs/test_signatures.py``). Only the rows
+# whose hints are present run their regex.
 _HINTS_OF_ROWS, _ALWAYS_TRIED = _index_hints()
 _ROWS_OF_HINT = dict(_HINTS_OF_ROWS)
 _PREFIX_HINTS = _prefix_hints(list(_ROWS_OF_HINT))
-_ANY_HINT = re.compile("(?=(" + _hint_trie(list(_ROWS_OF_HINT)) + "))", re.DOTALL)
+_HINT_AT = re.compile(_hint_trie(list(_ROWS_OF_HINT)), re.DOTALL)
 
 
 def _resolve(sig: Signature, groups: dict[str, str]) -> SignatureMatch:

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import stat
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
@@ -57,7 +56,7 @@ from activities.logs.access import LogAccess
 from activities.logs.birth import birth_time
 from activities.logs.chunk import Chunk, read_chunk
 from activities.logs.globbing import GlobBudget, bounded_glob
-from activities.logs.line import LogLine, decode_line, split_prefix
+from activities.logs.line import CLOCK_SKEW, ZONELESS_SLACK, Line, LogLine, decode, has_zone, predates, to_model
 from activities.logs.patterns import FileIdentity, LogPattern, superseded
 from workflows.domain.bounds import (  # the per-job bounds live in one place
     DEFAULT_MAX_BYTES_PER_CALL,
@@ -85,14 +84,6 @@ Offsets = dict[str, int]
 _FP_PREFIX = "\x00crc:"
 _WAIT_PREFIX = "\x00wait:"
 _SINCE = "\x00since"
-CLOCK_SKEW = timedelta(seconds=60)
-"""A stamped line counts as the attempt's unless it predates the anchor by more than this: the ranks' clocks and
-slurmctld's may differ a little, and dropping a line of the current attempt costs more than keeping an old one."""
-ZONELESS_SLACK = timedelta(hours=14)
-"""A stamp without a zone is local time of a zone Rebound does not know (UTC-12 to UTC+14): it predates the anchor
-for sure only when it is this much older (Python's ``logging`` writes such stamps by default)."""
-# The end of a stamp that names its zone: ``Z``, ``UTC``, ``+02:00``, ``-0500`` (``split_prefix`` parsed it).
-_ZONE_END = re.compile(r"(?:Z|UTC|[+-]\d\d:?\d\d)\]?\s*$")
 # How much of a file's start the anchoring reads for its first line's stamp.
 _PROBE = 4096
 # The kernel stamps a file's birth with a coarse clock: up to a tick (a few ms; 5 ms measured) before the real time.
@@ -142,6 +133,7 @@ class LogTail:
         self._hosts = frozenset(hosts)
         self._refused: dict[str, str] = {}
         self._globbed: tuple[dict[str, LogPattern], dict[str, str]] | None = None
+        self._identity: dict[str, tuple[LogPattern, FileIdentity]] = {}  # what a path says: read once per name
 
     @property
     def patterns(self) -> tuple[str, ...]:
@@ -208,6 +200,25 @@ class LogTail:
         Raises:
             TypeError: ``offsets`` is not a mapping, or a limit is not an integer (values below 1 count as 1).
         """
+        lines, new_offsets = self.read_lines(
+            offsets,
+            max_bytes_per_file=max_bytes_per_file,
+            max_bytes_per_call=max_bytes_per_call,
+            max_lines_per_call=max_lines_per_call,
+            rescan=rescan,
+        )
+        return [to_model(line) for line in lines], new_offsets
+
+    def read_lines(
+        self,
+        offsets: Mapping[str, int],
+        *,
+        max_bytes_per_file: int = DEFAULT_MAX_BYTES_PER_FILE,
+        max_bytes_per_call: int = DEFAULT_MAX_BYTES_PER_CALL,
+        max_lines_per_call: int = DEFAULT_MAX_LINES_PER_CALL,
+        rescan: bool = True,
+    ) -> tuple[list[Line], Offsets]:
+        """``read_new``, its lines as plain ``Line`` s (the watch's hot path: no model per line)."""
         if not isinstance(offsets, Mapping):
             raise TypeError(f"offsets must be a mapping of path to offset, got {type(offsets).__name__}")
         per_file = _limit("max_bytes_per_file", max_bytes_per_file)
@@ -253,12 +264,17 @@ class LogTail:
             chunks[path] = (pattern, chunk)
 
         new_offsets: Offsets = dict(offsets)
-        lines: list[LogLine] = []
+        lines: list[Line] = []
         for path in sorted(chunks):
             pattern, chunk = chunks[path]
-            rank, node, _ = pattern.identity(path, self._hosts)
+            known = self._identity.get(path)
+            if known is None or known[0] is not pattern:
+                if len(self._identity) >= MAX_FILES:
+                    self._identity.clear()
+                known = self._identity[path] = (pattern, pattern.identity(path, self._hosts))
+            rank, node, _ = known[1]
             for line_offset, raw in chunk.lines:
-                line = decode_line(path, rank, node, line_offset, raw)
+                line = decode(path, rank, node, line_offset, raw)
                 if since is None or not predates(line, since):
                     lines.append(line)
             new_offsets[path] = chunk.offset
@@ -360,8 +376,8 @@ class LogTail:
             head = os.pread(fd, min(_PROBE, size), 0)
             end = head.find(b"\n")
             if end > 0:
-                first = decode_line(path, None, None, 0, head[:end].rstrip(b"\r"))
-                if first.at is not None and _has_zone(first) and first.at >= since:
+                first = decode(path, None, None, 0, head[:end].rstrip(b"\r"))
+                if first.at is not None and has_zone(first) and first.at >= since:
                     return {path: 0}
             # Nothing read (budget 0): just the offset and the fingerprint a later read checks it against.
             at_end = read_chunk(fd, size, size, None, 0, 1, 0)
@@ -390,20 +406,6 @@ class LogTail:
             raise _Skip(f"cannot read: {e.strerror or e}") from e
         finally:
             os.close(fd)
-
-
-def predates(line: LogLine, since: datetime) -> bool:
-    """Whether ``line``'s own timestamp says it was written before ``since`` (module docstring: the margins)."""
-    if line.at is None or line.at >= since - min(CLOCK_SKEW, ZONELESS_SLACK):
-        return False  # not early by either margin (every live line): no need to look for a zone
-    return line.at < since - (CLOCK_SKEW if _has_zone(line) else ZONELESS_SLACK)
-
-
-def _has_zone(line: LogLine) -> bool:
-    """Whether the leading timestamp of ``line`` names its zone (else ``LogLine.at`` is local time read as UTC)."""
-    body = split_prefix(line.text).body
-    stamp = line.text[: len(line.text) - len(body)] if body else line.text
-    return _ZONE_END.search(stamp) is not None
 
 
 def _since(offsets: Mapping[str, int]) -> datetime | None:

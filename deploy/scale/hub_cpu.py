@@ -3,10 +3,12 @@
 N synthetic jobs, each with R rank log files on tmpfs (``/dev/shm``), in S ``ShardHub`` s (the real hub, the real
 ``JobWatcher``), polled the way ``watch_shard``'s loop polls them with the ``local`` scheduler feed: one shared
 snapshot, every member ``read_all`` then ``settle``. Before each poll every rank's file gets one step line in the
-scale benchmark's format (``deploy.scale.logwriter.step_line``), as the benchmark's writer does once a second. Polls
+scale benchmark's format (``deploy.scale.logwriter.step_line``), as the benchmark's writer does once a second
+(``--lines-every K``: before every K-th poll only, a job stepping slower than the poll interval). Polls
 are paced at ``--interval`` (1 s) where they take less, so the every-few-seconds work (globbing) happens as in
 production. Per N it reports the hubs' CPU per job per poll (``time.process_time`` around the polls only: the
-writing is not counted), the cores that makes at one poll per interval, and the top of a cProfile of the polls.
+writing is not counted) after ``--warmup`` polls (64 or more fill each rank's timing rings, as a job running for
+minutes has them), the cores that makes at one poll per interval, and the top of a cProfile of the polls.
 Every poll must find no result: a healthy job never returns (a finding would be a false incident).
 """
 
@@ -65,8 +67,20 @@ def _write_steps(root: Path, jobs: int, ranks: int, step: int) -> None:
                 f.write(step_line(rank, ranks, f"g{i:05d}", step, now))
 
 
-def measure(jobs: int, *, ranks: int, shards: int, polls: int, interval: float, root: Path) -> dict[str, Any]:
-    """Run ``polls`` paced polls of ``jobs`` jobs; the figures (module docstring)."""
+def measure(
+    jobs: int,
+    *,
+    ranks: int,
+    shards: int,
+    polls: int,
+    interval: float,
+    root: Path,
+    warmup: int = 3,
+    lines_every: int = 1,
+) -> dict[str, Any]:
+    """Run ``polls`` paced polls of ``jobs`` jobs after ``warmup`` ones; every ``lines_every``-th poll finds a new
+    step line per rank (1: every poll; more: the polls between find nothing new, as a job stepping slower than the
+    poll interval); the figures (module docstring)."""
     shutil.rmtree(root, ignore_errors=True)
     for i in range(jobs):
         (root / f"job-{FIRST_JOB + i}").mkdir(parents=True)
@@ -81,12 +95,14 @@ def measure(jobs: int, *, ranks: int, shards: int, polls: int, interval: float, 
         sub = WatchSubscription(watch=watch, workflow_id=f"rebound/bench/job/{job_id}", run_id="r", seq=1)
         hubs[shard_of(job_id, shards)].subscribe(sub)
     results = 0
-    warmup = 3
+    written = 1
     cpu = 0.0
     profile = cProfile.Profile()
     for n in range(warmup + polls + 1):  # the last poll is profiled, not counted (the profiler slows it)
         began = time.monotonic()
-        _write_steps(root, jobs, ranks, n + 1)
+        if (n + 1) % lines_every == 0:
+            _write_steps(root, jobs, ranks, n + 1)
+            written += 1
         if n == warmup + polls:
             profile.enable()
         c0 = time.process_time()
@@ -114,10 +130,12 @@ def measure(jobs: int, *, ranks: int, shards: int, polls: int, interval: float, 
         "ranks": ranks,
         "shards": shards,
         "polls": polls,
+        "warmup": warmup,
+        "lines_every": lines_every,
         "cpu_ms_per_job_poll": round(per_job_ms, 4),
         "cores_at_interval": round(per_job_ms * jobs / 1000 / interval, 3),
         "results": results,
-        "lines_written": jobs * ranks * (warmup + polls + 2),
+        "lines_written": jobs * ranks * written,
         "steps_counted": counted,
         "samples_ignored": ignored,
         "profile": text.getvalue(),
@@ -131,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=32)
     parser.add_argument("--polls", type=int, default=10)
     parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--warmup", type=int, default=3, help="polls before the measured ones (64+: full rings)")
+    parser.add_argument(
+        "--lines-every", type=int, default=1, help="a step line per rank every this many polls (1: every poll)"
+    )
     parser.add_argument("--root", type=Path, default=Path("/dev/shm/rebound-hub-cpu"))
     parser.add_argument("--json", type=Path, default=None, help="write the runs here")
     parser.add_argument("--profile", action="store_true", help="print each run's cProfile top list")
@@ -142,7 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     for jobs in (int(j) for j in args.jobs.split(",")):
         run = measure(
-            jobs, ranks=args.ranks, shards=args.shards, polls=args.polls, interval=args.interval, root=args.root
+            jobs,
+            ranks=args.ranks,
+            shards=args.shards,
+            polls=args.polls,
+            interval=args.interval,
+            root=args.root,
+            warmup=args.warmup,
+            lines_every=max(1, args.lines_every),
         )
         runs.append(run)
         print(

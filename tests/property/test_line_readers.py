@@ -17,10 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from activities.logs.crash import scan
-from activities.logs.line import LogLine, rank_token, split_prefix
+from activities.logs.line import LogLine, decode, decode_line, rank_token, split_prefix, to_model
 from activities.logs.patterns import LogPattern, expand_patterns
 from activities.logs.progress import find_progress, parse_checkpoint, parse_step
 from activities.logs.tail import LogTail
+from activities.logs.terminal import strip_terminal_codes
 
 # What log lines are made of: the words the readers look for, the separators around them, digits.
 FRAGMENTS = [
@@ -206,3 +207,22 @@ def test_expand_patterns_caps_the_padding(width: str, job: int) -> None:
     significant = width.lstrip("0")
     wanted = 10 if len(significant) > 2 else min(10, int(significant or 0))  # srun pads to 10 digits at most
     assert int(digits) == job and len(digits) == max(len(str(job)), wanted)
+
+
+LINE_STARTS = st.sampled_from(
+    ["", "3: ", "[rank5]: ", "[default1]:", "2026-11-30T03:40:01.123Z ", "[2026-11-30 03:40:01,123] ",
+     "2026-13-45 10:00:00 ", "\x1b[32m2026-11-30 03:40:01\x1b[0m | ", "0: [rank2]: 2026-11-30T03:40:01+02:00 ",
+     "\x1b[31m", "  "]
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(start=LINE_STARTS, text=TEXT, file_rank=st.one_of(st.none(), st.integers(0, 9)))
+def test_a_decoded_line_carries_the_prefix_the_readers_would_peel(start: str, text: str, file_rank: int | None) -> None:
+    """``decode`` peels once what the progress and signature readers peel (``Line.prefix``), and ``decode_line``'s
+    model holds the same values."""
+    raw = (start + text).encode("utf-8", errors="surrogatepass")
+    line = decode("/logs/rank-1.log", file_rank, None, 7, raw)
+    assert line.prefix == split_prefix(strip_terminal_codes(line.text), parse_time=False)
+    model = decode_line("/logs/rank-1.log", file_rank, None, 7, raw)
+    assert to_model(line) == model and (model.rank, model.at, model.task) == (line.rank, line.at, line.task)

@@ -31,10 +31,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import NamedTuple
 
 from pydantic import Field, field_validator
 
-from workflows.domain.base import Frozen
+from workflows.domain.base import Frozen, replaced
 from workflows.domain.bounds import MAX_TRACKED_RANKS, PROGRESS_RING, RANKS_NOTE
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "ProgressSignal",
     "ProgressState",
     "RankProgress",
+    "Sample",
     "UntrackedRanks",
     "aware",
     "note_activity",
@@ -107,6 +109,20 @@ class ProgressSample(Frozen):
     @classmethod
     def _aware(cls, at: datetime) -> datetime:
         return aware(at)
+
+
+class Sample(NamedTuple):
+    """A ``ProgressSample`` as plain values, for a reader whose values already hold what ``ProgressSample`` checks
+    (ranks, steps and epochs >= 0, times finite within ``MAX_DURATION_S``, ``at`` with a zone): the watch reads
+    thousands of step lines a second (``activities.logs.job_watcher``). ``observe`` takes either."""
+
+    rank: int
+    node: str
+    step: int
+    at: datetime
+    step_time_s: float | None
+    compute_time_s: float | None
+    epoch: int | None
 
 
 class RankProgress(Frozen):
@@ -245,8 +261,9 @@ class _Rank:
         )
 
     def freeze(self) -> RankProgress:
-        return self.base.model_copy(
-            update={
+        return replaced(
+            self.base,
+            {
                 "node": self.node,
                 "last_step": self.last_step,
                 "last_epoch": self.last_epoch,
@@ -258,10 +275,10 @@ class _Rank:
                 "gaps_s": tuple(self.gaps),
                 "step_times_s": tuple(self.step_times),
                 "compute_times_s": tuple(self.compute_times),
-            }
+            },
         )
 
-    def apply(self, s: ProgressSample, at: datetime, restarted_at: datetime | None) -> float | None:
+    def apply(self, s: ProgressSample | Sample, at: datetime, restarted_at: datetime | None) -> float | None:
         """Apply one sample: the gap it closes (0.0 when none), or None when the sample is ignored."""
         last_at = self.last_progress_at
         gap = 0.0
@@ -296,7 +313,7 @@ class _Rank:
         return gap
 
 
-def observe(state: ProgressState, samples: Iterable[ProgressSample], now: datetime) -> ProgressState:
+def observe(state: ProgressState, samples: Iterable[ProgressSample | Sample], now: datetime) -> ProgressState:
     """``state`` updated with a poll's step lines (see the module docstring for the rules).
 
     Args:
@@ -305,9 +322,13 @@ def observe(state: ProgressState, samples: Iterable[ProgressSample], now: dateti
         now: The watcher's clock at this poll.
 
     Returns:
-        The new state; ``state`` is unchanged.
+        The new state; ``state`` is unchanged (and is what comes back, when there is nothing to apply).
     """
     now = aware(now)
+    if not isinstance(samples, list | tuple):
+        samples = list(samples)
+    if not samples and state.watching_since is not None and all(_within(r, state.ring) for r in state.ranks):
+        return state  # nothing to apply: every value would be copied as it is
     work: dict[int, _Rank] = {r.rank: _Rank.of(r, state.ring) for r in state.ranks}
     longest = state.longest_gap_s
     ignored = state.ignored
@@ -325,15 +346,21 @@ def observe(state: ProgressState, samples: Iterable[ProgressSample], now: dateti
             ignored += 1
         elif gap > 0:
             longest = max(longest, gap)
-    return state.model_copy(
-        update={
+    return replaced(
+        state,
+        {
             "ranks": tuple(work[k].freeze() for k in sorted(work)),
             "watching_since": state.watching_since or now,
             "longest_gap_s": longest,
             "ignored": ignored,
             "untracked": untracked,
-        }
+        },
     )
+
+
+def _within(r: RankProgress, ring: int) -> bool:
+    """Whether the rank's rings fit ``ring`` (``observe`` would cut a longer one)."""
+    return len(r.gaps_s) <= ring and len(r.step_times_s) <= ring and len(r.compute_times_s) <= ring
 
 
 def _summarise(summary: UntrackedRanks | None, rank: int, at: datetime, *, step: int | None = None) -> UntrackedRanks:

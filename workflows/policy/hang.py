@@ -46,6 +46,7 @@ __all__ = [
     "assess_hang",
     "assess_silent_hang",
     "hang_window",
+    "may_be_hung",
     "percentile",
     "silent_sample_interval",
     "silent_window",
@@ -96,6 +97,22 @@ def hang_window(state: ProgressState, policy: HangPolicy) -> tuple[float, Window
         why = detail if unlearned else "no step since the start of this attempt"
         return policy.startup_s, WindowBasis.STARTUP, f"startup {policy.startup_s:g} s ({why})"
     return window, basis, detail
+
+
+def may_be_hung(state: ProgressState, now: datetime, policy: HangPolicy) -> bool:
+    """False when ``assess_hang`` cannot find the job hung at ``now``: the job's latest sign of life is more recent
+    than any window could be (``hang_window`` is never below the override, else the floor or the startup window),
+    or nothing was observed. Cheap: a watch asks it every poll and only then builds the verdict."""
+    others = state.untracked
+    marks = [t for r in state.ranks for t in (r.last_progress_at, r.last_activity_at) if t is not None]
+    marks += [t for t in (state.watching_since, state.restarted_at) if t is not None]
+    if others is not None and others.last_heard_at is not None:
+        marks.append(others.last_heard_at)
+    if not marks:
+        return False
+    least = policy.override_s if policy.override_s is not None else min(policy.floor_s, policy.startup_s)
+    silent = _since(aware(now), max(marks)) or 0.0
+    return silent > 0 and silent >= least
 
 
 def assess_hang(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from workflows.domain.base import replaced
 from workflows.domain.progress import ProgressState, RankProgress
 from workflows.domain.straggler import (
     JobSlowdown,
@@ -142,15 +143,16 @@ def assess_stragglers(state: ProgressState, policy: StragglerPolicy) -> tuple[Pr
     job, baseline, job_streak, job_seen = _job_slowdown(state, policy, min(policy.job_window, state.ring))
     # A rank whose streak and count did not move is kept as it is (a copy of each rank every poll was a good part
     # of a watch hub's CPU at thousands of jobs).
-    ranks = tuple(r if _unchanged(r, updates[r.rank]) else r.model_copy(update=updates[r.rank]) for r in state.ranks)
-    new_state = state.model_copy(
-        update={
+    ranks = tuple(r if _unchanged(r, updates[r.rank]) else replaced(r, updates[r.rank]) for r in state.ranks)
+    new_state = replaced(
+        state,
+        {
             "ranks": ranks,
             "straggler_metric": metric.value,
             "baseline_step_s": baseline,
             "job_slow_streak": job_streak,
             "job_seen_total": job_seen,
-        }
+        },
     )
     verdict = StragglerVerdict(
         metric=metric if threshold is not None else None,

@@ -42,7 +42,7 @@ from workflows.domain.progress import ProgressSignal, ProgressState
 from workflows.domain.recovery import StragglerAction
 from workflows.domain.slurm import JobState, SlurmJob
 from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
-from workflows.policy.hang import assess_hang
+from workflows.policy.hang import assess_hang, may_be_hung
 from workflows.policy.straggler import assess_stragglers
 
 __all__ = [
@@ -84,6 +84,10 @@ class WatchFacts(Frozen):
     sample_due: bool = False
     """This watch was asked to return for a liveness sample (``JobWatchInput.sample_after_s``) and that long has
     passed since it started."""
+    progress_unchanged: bool = False
+    """``progress`` is the state the previous poll's decision kept watching with, unchanged since (no step line or
+    heartbeat came): its straggler verdict cannot have changed (``assess_stragglers`` changes nothing without new
+    samples) and named no new node then, so it is not judged again."""
 
 
 class WatchAction(StrEnum):
@@ -134,11 +138,16 @@ def decide_poll(facts: WatchFacts) -> WatchDecision:
         return WatchDecision(action=WatchAction.RETURN, outcome=WatchOutcome.CHANGED, progress=facts.progress)
     progress = facts.progress
     if job.state is JobState.RUNNING:
-        silent = assess_hang(progress, now, facts.hang, expected_ranks=range(job.task_count))
-        if silent.hung:
+        # The verdict is built only when the job could be hung (most polls of a stepping job: not).
+        silent = (
+            assess_hang(progress, now, facts.hang, expected_ranks=range(job.task_count))
+            if may_be_hung(progress, now, facts.hang)
+            else None
+        )
+        if silent is not None and silent.hung:
             anomaly = build_anomaly(AnomalyKind.HANG, now, job=job, verdict=silent)
             return _anomaly(anomaly, progress=progress, hang=silent)
-        if facts.straggler_action is not StragglerAction.OFF:
+        if facts.straggler_action is not StragglerAction.OFF and not facts.progress_unchanged:
             progress, slow = assess_stragglers(progress, facts.stragglers)
             new_nodes = {n.node for n in slow.nodes} - set(facts.reported_straggler_nodes)
             if slow.flagged and new_nodes:

@@ -10,7 +10,18 @@ from typing import Any
 import pytest
 
 from activities.logs import crash
-from activities.logs.crash import CRASH_RULES, CrashFinding, LineReader, classify, scan, to_evidence, to_findings
+from activities.logs.crash import (
+    _LOAD_HINT,
+    _LOAD_WORDS,
+    CRASH_RULES,
+    CrashFinding,
+    LineReader,
+    _load_hint,
+    classify,
+    scan,
+    to_evidence,
+    to_findings,
+)
 from activities.logs.line import LogLine, rank_token, split_prefix
 from activities.logs.signature_types import Role
 from activities.logs.tail import LogTail
@@ -487,3 +498,10 @@ def test_findings_keep_the_slurm_task_apart_from_the_rank(tmp_path: Path) -> Non
     found = [(f.kind, f.rank, f.task, f.rank_is_task) for f in to_findings(scan(lines))]
     assert (FindingKind.CUDA_ERROR, 2, 1, False) in found  # the torch prefix is the rank, the label the task
     assert any(rank == 1 and task == 1 and is_task for _, rank, task, is_task in found)  # srun's task list
+
+
+def test_load_hint_words_are_the_hint_regex_lower_cased() -> None:
+    """The cheap test for load lines agrees with the regex on ASCII lines and leaves other lines to it."""
+    assert tuple(w.lower() for w in _LOAD_HINT.pattern.split("|")) == _LOAD_WORDS
+    for body in ["Loaded CHECKPOINT x", "resuming Training From out", "LOADING model from a", "step=3", "ſtep", "é"]:
+        assert _load_hint(body) == (_LOAD_HINT.search(body) is not None), body

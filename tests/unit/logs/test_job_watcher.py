@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import activities.logs.job_watcher as job_watcher
+import workflows.policy.straggler as straggler_policy
+import workflows.policy.watch as watch_policy
 from activities.logs.job_logs import LogPolicy
 from activities.logs.job_watcher import JobWatcher, WatchState
 from tests.fakes.scheduler import FakeScheduler
@@ -54,3 +59,33 @@ async def test_a_changed_job_is_globbed_at_once(tmp_path: Path) -> None:
     sched.requeue_by_slurm(job.job_id)  # a new attempt: its files appear now
     watcher.read(await sched.snapshot())
     assert str(new) in watcher.state.offsets
+
+
+async def test_a_poll_with_nothing_new_does_not_judge_stragglers_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a new step line the kept progress is not judged again (``WatchFacts.progress_unchanged``); the next
+    step line is, and every line still counts once."""
+
+    calls: list[tuple[Any, ...]] = []
+    real = straggler_policy.assess_stragglers
+
+    def counted(*args: Any) -> Any:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(watch_policy, "assess_stragglers", counted)
+    sched = FakeScheduler()
+    job = sched.submit(2)
+    log = tmp_path / f"job-{job.job_id}-rank-0.log"
+    _line(log, "step=1 step_time=1.0s")
+    inp = JobWatchInput(job_id=job.job_id, log_patterns=(str(tmp_path / "job-%j-*.log"),), last_state=JobState.RUNNING)
+    watcher = JobWatcher(inp, LogPolicy(), WatchState(offsets={}), started=datetime.now(UTC))
+    snap = await sched.snapshot()
+    for expected_calls, new_line in ((1, None), (1, None), (2, "step=2 step_time=1.0s"), (2, None)):
+        if new_line:
+            _line(log, new_line)
+        assert watcher.settle(watcher.read(snap)) is None
+        assert len(calls) == expected_calls
+    progress = watcher.state.progress
+    assert progress is not None and [r.progress_count for r in progress.ranks] == [2]

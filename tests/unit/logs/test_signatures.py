@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import random
 import re
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from activities.logs.signature_fields import extract
 from activities.logs.signature_types import CATEGORIES, Category, Role, Signature
-from activities.logs.signatures import SIGNATURES, match, prepare
+from activities.logs.signatures import SIGNATURES, _hints_in, match, prepare
 from workflows.domain.findings import FindingKind
+
+DATA = Path(__file__).resolve().parents[2] / "data"
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -885,6 +889,18 @@ def test_hints_are_sound(sig: Signature) -> None:
     assert all(h == h.lower() and h for h in sig.hints)
     parsed = sre_parse.parse(sig.pattern.pattern, sig.pattern.flags)
     assert _covered(list(parsed.data), sig.hints), sig.id
+
+
+def test_hints_found_in_one_pass_are_those_a_substring_test_finds() -> None:
+    """``_hints_in`` (the trie search) against a plain substring test of every hint, on the repository's test logs
+    and on lines made of hints that overlap and nest (``nccl warn``, ``cuda ``, a hint inside another)."""
+    hints = sorted({h for s in SIGNATURES for h in s.hints})
+    lines = [line.lower() for p in sorted(DATA.rglob("*.log")) for line in p.read_text(errors="replace").splitlines()]
+    rng = random.Random(12)
+    pieces = [*hints, " ", "x", "error", "rror", "nccl", "warn"]
+    lines += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 8))) for _ in range(3000)]
+    for low in lines:
+        assert _hints_in(low) == {h for h in hints if h in low}, low
 
 
 def test_kinds_and_roles_stay_what_the_live_detector_reports() -> None:

@@ -4,12 +4,14 @@ rank that stopped first. Pure, no Temporal; the simulation is ``test_progress_st
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from tests.unit.policy.test_progress_state import Sim, Watch, at, sample, simulate
 from workflows.domain.hang import HangPolicy, HangVerdict, WindowBasis
 from workflows.domain.progress import ProgressSample, ProgressState, note_activity, note_restart, observe
-from workflows.policy.hang import assess_hang, hang_window, percentile
+from workflows.policy.hang import assess_hang, hang_window, may_be_hung, percentile
 
 FAST = HangPolicy(floor_s=5.0, min_intervals=5, startup_s=120.0)
 
@@ -204,3 +206,43 @@ def test_verdict_round_trips_and_naive_now_is_utc() -> None:
     verdict = assess_hang(_steady(), at(100).replace(tzinfo=None), FAST, expected_ranks=[0, 9])
     assert verdict.hung and verdict.silent_for_s == pytest.approx(85.0, abs=0.01)
     assert HangVerdict.model_validate(verdict.model_dump(mode="json")) == verdict
+
+
+_STEPS = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50), st.floats(0, 4000)), max_size=40)
+_POLICIES = st.builds(
+    HangPolicy,
+    floor_s=st.floats(0, 600),
+    startup_s=st.floats(0, 1200),
+    min_intervals=st.integers(1, 10),
+    override_s=st.one_of(st.none(), st.floats(1, 900)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=_STEPS,
+    touches=st.lists(st.tuples(st.integers(0, 5), st.floats(0, 4000)), max_size=4),
+    restart=st.one_of(st.none(), st.floats(0, 4000)),
+    policy=_POLICIES,
+    now=st.floats(0, 6000),
+)
+def test_may_be_hung_is_false_only_where_the_verdict_is_not_hung(
+    steps: list[tuple[int, int, float]],
+    touches: list[tuple[int, float]],
+    restart: float | None,
+    policy: HangPolicy,
+    now: float,
+) -> None:
+    """``decide_poll`` builds the verdict only where ``may_be_hung``: it must never skip a hang."""
+    state = ProgressState()
+    for rank, step, t in sorted(steps, key=lambda s: s[2]):
+        state = observe(state, [sample(rank, step, t)], at(t))
+        if restart is not None and t >= restart and state.restarted_at is None:
+            state = note_restart(state, at(restart))
+    for rank, t in touches:
+        state = note_activity(state, rank, at(t))
+    verdict = assess_hang(state, at(now), policy, expected_ranks=range(4))
+    if verdict.hung:
+        assert may_be_hung(state, at(now), policy)
+    if not may_be_hung(state, at(now), policy):
+        assert not verdict.hung

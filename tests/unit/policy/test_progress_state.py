@@ -355,3 +355,13 @@ def test_replaying_lines_already_seen_changes_nothing(lines: list[tuple[int, int
     state = observe(ProgressState(), batch, at(100))
     again = observe(state, batch, at(101))
     assert again.ranks == state.ranks and again.longest_gap_s == state.longest_gap_s
+
+
+def test_a_poll_without_samples_gives_the_state_back() -> None:
+    """Nothing to apply: the state itself (its values are what copying would give); the first poll still dates
+    ``watching_since``, and a rank whose rings exceed ``ring`` is still cut to it."""
+    state = observe(ProgressState(), [sample(0, 1, 1.0), sample(0, 2, 2.0, step_time_s=1.0)], at(2))
+    assert observe(state, [], at(50)) is state and observe(state, iter(()), at(50)) is state
+    assert observe(ProgressState(), [], at(3)).watching_since == at(3)
+    wide = state.model_copy(update={"ranks": (state.ranks[0].model_copy(update={"gaps_s": (1.0,) * 9}),), "ring": 4})
+    assert observe(wide, [], at(50)).ranks[0].gaps_s == (1.0,) * 4

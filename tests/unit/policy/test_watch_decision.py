@@ -165,6 +165,20 @@ def test_a_new_straggler_node_is_reported_once() -> None:
     assert again.action is WatchAction.KEEP_WATCHING and again.progress is not None
 
 
+def test_a_kept_progress_unchanged_since_is_not_judged_again() -> None:
+    """Judging the kept (already judged) progress again gives what the last poll gave: ``progress_unchanged``
+    skips it, the same decision."""
+    slow = _stepping(ranks=6, compute={r: 0.2 if r < 4 else 0.3 for r in range(6)})
+    kept = decide_poll(_facts(progress=slow, now=at(904), reported_straggler_nodes=("n3",)))
+    assert kept.action is WatchAction.KEEP_WATCHING and kept.progress is not None
+    for now in (at(905), at(960)):
+        again = decide_poll(_facts(progress=kept.progress, now=now, reported_straggler_nodes=("n3",)))
+        skipped = decide_poll(
+            _facts(progress=kept.progress, now=now, reported_straggler_nodes=("n3",), progress_unchanged=True)
+        )
+        assert again == skipped and skipped.progress == kept.progress
+
+
 def test_stragglers_are_not_judged_when_switched_off() -> None:
     slow = _stepping(ranks=6, compute={r: 0.2 if r < 4 else 0.3 for r in range(6)})
     decision = decide_poll(_facts(progress=slow, now=at(904), straggler_action=StragglerAction.OFF))
