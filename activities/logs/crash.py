@@ -302,6 +302,7 @@ def to_findings(found: Sequence[CrashFinding], start_order: int = 0) -> list[Log
             checkpoint=f.checkpoint or "",
             task=f.task,
             rank_is_task=f.rank_is_task,
+            signal=f.signal,
         )
         for i, f in enumerate(f for f in found if f.role is not Role.INFO)
     ]

@@ -222,3 +222,6 @@ class LogFinding(Frozen):
     """The Slurm task that wrote the line (srun ``--label``) or that srun's line names: placed by the task's node."""
     rank_is_task: bool = False
     """``rank`` is only that task id: the rank under srun per rank, the node's index under torchrun."""
+    signal: int | None = None
+    """The signal the line says ended the process (torchrun's ``exitcode: -9``, a ``Killed``); None: an ordinary
+    exit, or the line does not say."""

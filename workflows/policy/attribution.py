@@ -180,15 +180,36 @@ def _log_rule(facts: AttributionFacts, ordered: list[LogFinding]) -> _LogRule | 
     ]
     if user:
         return _LogRule(_Rule.USER, user)
-    # A rank that reported a broken connection and then exited non-zero (srun's "Exited with exit code 1")
-    # died of its peer's death: its exit is a victim's, not a culprit's.
-    lost_peer = {f.rank for f in ordered if not f.culprit and f.rank is not None}
-    culprits = [
-        f
-        for f in ordered
-        if f.culprit and f.kind not in GPU_KINDS | USER_KINDS and not (f.kind in EXIT_KINDS and f.rank in lost_peer)
-    ]
+    lost_peer = _LostPeers(ordered, facts)
+    culprits = [f for f in ordered if f.culprit and f.kind not in GPU_KINDS | USER_KINDS and not lost_peer.ended(f)]
     return _LogRule(_Rule.CULPRIT, culprits) if culprits else None
+
+
+class _LostPeers:
+    """The ranks that reported a broken connection (victims) and their nodes: tells a victim's exit from a culprit's."""
+
+    def __init__(self, ordered: list[LogFinding], facts: AttributionFacts) -> None:
+        self._facts = facts
+        self.ranks = frozenset(f.rank for f in ordered if not f.culprit and f.rank is not None)
+        self.nodes = frozenset(n for r in self.ranks if (n := facts.rank_nodes.get(r)))
+
+    def ended(self, f: LogFinding) -> bool:
+        """``f`` is how a victim ended. A rank that reported a broken connection and then exited (srun's "Exited
+        with exit code 1") died of its peer's death. A launcher's exit that is no rank's own (torchrun's ``failed
+        (exitcode: 1)``, srun's line for a task that is a node's torchrun) with an ordinary code, not a signal,
+        ended because its children did: a victim when its node's ranks lost their peers, and, where nothing places
+        it, no word on where the failure began (on the lab, a node crash under torchrun was read as this line's
+        "rank crash" on no node, before the scheduler saw the dead node). A signal (killed, segfault) is the
+        launcher's own news and stays a culprit."""
+        if f.kind not in EXIT_KINDS or not self.ranks:
+            return False
+        rank = _rank_of(f, self._facts)
+        if rank is not None:
+            return rank in self.ranks
+        if f.kind is not FindingKind.RANK_EXIT or f.signal is not None:
+            return False
+        node = _node_of(f, self._facts)
+        return node in self.nodes if node else True
 
 
 def _fatal_signal(f: LogFinding) -> bool:
