@@ -7,6 +7,7 @@ on other ports. The pytest session brings it up (idempotently) and takes it down
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -14,11 +15,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from temporalio.service import RPCError
+
 from deploy.local.config import LabConfig
 from deploy.local.demo_cmd import lab_settings
 from deploy.local.lab import Lab
 from deploy.local.layout import LabLayout
+from workers.client import connect
 from workers.settings import Settings
+from workflows.constants import fleet_workflow_id
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,3 +127,16 @@ class LabHandle:
 def lab_rebound_settings(handle: LabHandle) -> Settings:
     """Settings of a Rebound client talking to the test lab (what its worker gets)."""
     return lab_settings(handle.lab)
+
+
+async def end_fleet(handle: LabHandle, reason: str) -> None:
+    """End the lab's Fleet workflow, if one runs; the next isolation request starts a new one (signal-with-start).
+
+    Each e2e test starts with a Fleet that remembers nothing of earlier tests: no open breaker, no pending approval
+    and no suspicion. A suspicion lasts ``suspicion_window_s`` (a day), so an earlier test's rank crash on n2 turned a
+    later test's rank crash on n2 into "implicated again: drain" (CI, stop 18). A Fleet left by an earlier pytest
+    session is ended too: it carries that session's code, and its history would not replay on changed code."""
+    settings = lab_rebound_settings(handle)
+    client = await connect(settings.temporal)
+    with contextlib.suppress(RPCError):  # none running
+        await client.get_workflow_handle(fleet_workflow_id(settings.cluster_name)).terminate(reason=reason)

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 from collections.abc import Generator, Iterator
 from datetime import UTC, datetime
 
 import pytest
-from temporalio.service import RPCError
 
 from deploy.local.lab import Lab
 from tests.e2e import recording
-from tests.lab_support import LabHandle, lab_rebound_settings, test_lab_config
-from workers.client import connect
-from workflows.constants import fleet_workflow_id
+from tests.lab_support import LabHandle, end_fleet, test_lab_config
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +22,7 @@ def lab_session() -> Iterator[LabHandle]:
     lab.up(log=False)
     print(f"\ntest lab up in {time.monotonic() - started:.1f} s")
     handle = LabHandle(lab)
-    asyncio.run(_fresh_fleet(handle))
+    asyncio.run(end_fleet(handle, "new test session"))
     if recording.recording_dir() is not None:
         asyncio.run(recording.start_fresh_cluster_watch(handle))
     yield handle
@@ -34,18 +30,9 @@ def lab_session() -> Iterator[LabHandle]:
         lab.down()
 
 
-async def _fresh_fleet(handle: LabHandle) -> None:
-    """End a Fleet left running by an earlier session (the lab's Temporal state survives ``lab down``): it carries
-    that session's code and settings, and its history would not replay on changed code. The first request of this
-    session starts a new one (signal-with-start)."""
-    settings = lab_rebound_settings(handle)
-    client = await connect(settings.temporal)
-    with contextlib.suppress(RPCError):
-        await client.get_workflow_handle(fleet_workflow_id(settings.cluster_name)).terminate(reason="new test session")
-
-
 @pytest.fixture
 def lab(lab_session: LabHandle, request: pytest.FixtureRequest) -> Iterator[LabHandle]:
+    asyncio.run(end_fleet(lab_session, "new test"))
     started = datetime.now(UTC)
     yield lab_session
     out_dir = recording.recording_dir()

@@ -25,11 +25,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.slurm.cli import SlurmCliScheduler
 from deploy.demo.submit import submit_demo
 from deploy.local.processes import cmdline, descendants, is_alive, kill_and_wait, spawn
-from tests.lab_support import LabHandle, lab_rebound_settings
+from tests.lab_support import LabHandle, end_fleet, lab_rebound_settings
 from workers.client import connect
-from workers.fleet_cli import reset_breaker
 from workflows.constants import job_workflow_id
-from workflows.domain.errors import ReboundError
 from workflows.domain.incident import ActionKind, Incident
 from workflows.domain.recovery import JobRecoveryStatus, RecoveryState
 from workflows.domain.slurm import JobState, SlurmJob
@@ -305,9 +303,9 @@ async def settle_leftovers(lab: LabHandle, client: Client, timeout_s: float = 40
     for node, reason in sinfo_drains(lab).items():
         if reason.startswith(DRAIN_PREFIX.strip()):
             lab.slurm("scontrol", "update", f"nodename={node}", "state=resume", check=False)
-    # As an operator would after lifting the drains: each test starts with a closed breaker.
-    with contextlib.suppress(ReboundError, RPCError):
-        await reset_breaker(client, lab_rebound_settings(lab), "lab")
+    # The earlier tests' recoveries have ended: none can ask the old Fleet anything now, so this test's Fleet is
+    # new (closed breaker, no suspicions) whatever those recoveries did after the fixture's own reset.
+    await end_fleet(lab, "earlier tests settled")
 
 
 @contextlib.asynccontextmanager
