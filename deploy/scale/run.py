@@ -42,6 +42,7 @@ from deploy.scale.reads import (
     hub_members,
     incidents,
     wait_hub_members,
+    wait_steady,
     wait_watched,
     waiting_activities,
 )
@@ -274,7 +275,13 @@ async def _measure(run: ScaleCluster, jobs: int, per_kind: int, opts: ScaleOptio
     print(f"[{jobs} jobs] stack up (temporal {stack.address}); waiting for every job's JobRecovery", flush=True)
     t_up = time.monotonic()
     recovering = await wait_watched(client, jobs, stack, timeout_s=max(180.0, jobs * 0.9))
-    print(f"[{jobs} jobs] {recovering} JobRecovery workflows running after {time.monotonic() - t_up:.0f} s", flush=True)
+    up_s = time.monotonic() - t_up
+    print(f"[{jobs} jobs] {recovering} JobRecovery workflows running after {up_s:.0f} s", flush=True)
+    steady_s, slowest = await wait_steady(client, list(cluster.jobs), stack, timeout_s=max(300.0, jobs * 0.6))
+    print(
+        f"[{jobs} jobs] worker steady {steady_s:.0f} s later (slowest status answer of a sample: {slowest:.2f} s)",
+        flush=True,
+    )
     await asyncio.sleep(opts.warmup_s)
     plan = plan_faults(
         list(cluster.jobs),
@@ -360,6 +367,9 @@ async def _measure(run: ScaleCluster, jobs: int, per_kind: int, opts: ScaleOptio
         waiting_activities=dict(waiting),
         restarts=sum(j.restart_count for j in cluster.jobs.values()),
         jobs_recovering=recovering,
+        recovering_after_s=round(up_s, 1),
+        steady_after_s=round(steady_s, 1),
+        steady_query_s=round(slowest, 2),
         takeover_s=takeover_s,
     )
 

@@ -84,6 +84,13 @@ class RunResult(_Model):
     """Requeued jobs' restarts the scheduler saw (a recovery that completed)."""
     jobs_recovering: int = 0
     """JobRecovery workflows running when the window opened (fewer than ``jobs``: discovery did not keep up)."""
+    recovering_after_s: float | None = None
+    """Seconds from the stack being up until every job had a JobRecovery (or the wait's timeout)."""
+    steady_after_s: float | None = None
+    """Seconds after that until the worker answered a sample of status queries promptly (``reads.wait_steady``):
+    the start-up's backlog worked off; the window opens after it (and the warm-up)."""
+    steady_query_s: float | None = None
+    """The slowest status answer of the last sample before the window (above ``STEADY_QUERY_S``: never steady)."""
     takeover_s: float | None = None
     """Seconds from SIGKILLing a worker until the others' hubs held every job again (``--kill-worker-at``)."""
 
@@ -174,6 +181,10 @@ def report_json(runs: Sequence[RunResult]) -> dict[str, object]:
             # Beyond issue 12's keys, for multi-worker runs: the kill's takeover (null: no kill, or not every job
             # was held again before the window closed).
             out[-1]["takeover_s"] = r.takeover_s
+        if r.steady_after_s is not None:
+            # Beyond issue 12's keys: how long the start-up took (the window opens once the worker keeps up).
+            out[-1]["recovering_after_s"] = r.recovering_after_s
+            out[-1]["steady_after_s"] = r.steady_after_s
     return {"runs": out}
 
 
@@ -202,6 +213,7 @@ def format_table(runs: Sequence[RunResult]) -> str:
     rows.append(("extra incidents", [r.extra_incidents for r in runs]))
     rows.append(("restarts (scheduler)", [r.restarts for r in runs]))
     rows.append(("jobs with a JobRecovery", [r.jobs_recovering for r in runs]))
+    rows.append(("slowest sampled status answer (s)", [r.steady_query_s for r in runs]))
     rows.append(("takeover after a worker kill (s)", [r.takeover_s for r in runs]))
     rows.append(("activities waiting a slot", [sum(r.waiting_activities.values()) for r in runs]))
     rows.append(("agents cpu cores", [r.costs.agents_cpu_cores for r in runs]))

@@ -105,6 +105,15 @@ def test_a_multi_worker_run_adds_its_takeover_time() -> None:
     assert "takeover after a worker kill (s)" in format_table([one, killed])
 
 
+def test_a_run_that_waited_for_the_steady_state_says_how_long_the_start_up_took() -> None:
+    run = _run().model_copy(update={"recovering_after_s": 304.0, "steady_after_s": 95.5, "steady_query_s": 0.4})
+    out = report_json([_run(), run])["runs"]
+    assert isinstance(out, list)
+    assert "steady_after_s" not in out[0]
+    assert (out[1]["recovering_after_s"], out[1]["steady_after_s"]) == (304.0, 95.5)
+    assert "slowest sampled status answer (s)" in format_table([run])
+
+
 def test_table_names_every_measure_and_each_kind() -> None:
     table = format_table([_run()])
     for name in ("worker_cpu_cores", "actions_per_job_hour", "detection_s p99", "xid detected", "hang detected"):
