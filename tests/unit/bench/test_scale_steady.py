@@ -32,7 +32,7 @@ def _answers(monkeypatch: pytest.MonkeyPatch, per_round: list[float]) -> list[in
 
     next(seconds)
     monkeypatch.setattr(reads, "_query_seconds", query_seconds)
-    monkeypatch.setattr(reads.asyncio, "sleep", no_sleep)
+    monkeypatch.setattr("deploy.scale.reads.asyncio.sleep", no_sleep)
     return rounds
 
 
