@@ -7,13 +7,12 @@ Secrets are ``SecretStr``: they print as ``**********`` and are never logged.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -21,26 +20,43 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from workers.settings_sections import (
+    AuditSettings,
+    CheckpointSettings,
+    NotifySettings,
+    Section,
+    TelemetrySettings,
+)
 from workflows.constants import (
     DEFAULT_RESUME_TASK_QUEUE,
     DEFAULT_SHARD_QUEUE_PREFIX,
     DEFAULT_TASK_QUEUE,
     DEFAULT_WATCH_TASK_QUEUE,
 )
-from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.fleet import FleetPolicy
-from workflows.domain.notify import DEFAULT_KINDS, NotificationKind
 from workflows.domain.recovery import DetectionPolicy
 from workflows.domain.watch_routing import DEFAULT_SHARDS, MAX_SHARDS, WatchRouting
+
+__all__ = [
+    "CONFIG_FILE_ENV",
+    "AuditSettings",
+    "CheckpointSettings",
+    "GpuSettings",
+    "NodeAgentSettings",
+    "NotifySettings",
+    "SchedulerBackend",
+    "Settings",
+    "SlurmSettings",
+    "TelemetrySettings",
+    "TemporalSettings",
+    "WatchSettings",
+    "load_settings",
+]
 
 CONFIG_FILE_ENV = "REBOUND_CONFIG"
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TemporalSettings(_Section):
+class TemporalSettings(Section):
     """Where the Temporal frontend is and how to authenticate. Defaults match the lab's embedded dev server."""
 
     address: str = Field("127.0.0.1:7233", description="host:port of the Temporal frontend (gRPC).")
@@ -106,7 +122,7 @@ class SchedulerBackend(StrEnum):
     """pyslurm (only for Slurm 25.11 clusters)."""
 
 
-class SlurmSettings(_Section):
+class SlurmSettings(Section):
     """The scheduler port's backend and its options."""
 
     backend: SchedulerBackend = Field(SchedulerBackend.CLI, description="cli, rest or pyslurm.")
@@ -144,7 +160,7 @@ class SlurmSettings(_Section):
         return env
 
 
-class NodeAgentSettings(_Section):
+class NodeAgentSettings(Section):
     """Settings of a node agent (one per Slurm node)."""
 
     node_name: str | None = Field(None, description="This node's Slurm name (SLURMD_NODENAME, never hostname).")
@@ -159,7 +175,7 @@ class NodeAgentSettings(_Section):
     )
 
 
-class WatchSettings(_Section):
+class WatchSettings(Section):
     """Opt-in discovery (the ClusterWatch workflow) and the worker's shared scheduler snapshot."""
 
     poll_interval_s: float = Field(
@@ -273,7 +289,7 @@ class WatchSettings(_Section):
         )
 
 
-class GpuSettings(_Section):
+class GpuSettings(Section):
     """Central GPU health reads: scraping each node's dcgm-exporter (docs/gpu-health.md)."""
 
     dcgm_url_template: str | None = Field(
@@ -292,114 +308,6 @@ class GpuSettings(_Section):
         if template is not None and ("{node}" not in template or not template.startswith(("http://", "https://"))):
             raise ValueError("gpu.dcgm_url_template must be an http(s) URL containing {node}")
         return self
-
-
-_NOTIFICATION_KINDS = tuple(k.value for k in NotificationKind)
-
-
-def _http_url(value: str | None, name: str) -> None:
-    if value is not None and not value.startswith(("http://", "https://")):
-        raise ValueError(f"{name} must be an http(s) URL")
-
-
-class NotifySettings(_Section):
-    """Webhook notifications (Slack-compatible JSON; Mattermost, Teams and generic webhooks read its ``text``)."""
-
-    webhook_url: SecretStr | None = Field(
-        None, description="Incoming-webhook URL (a secret: Slack's carries its token). Unset: notifications off."
-    )
-    timeout_s: float = Field(5.0, gt=0, le=30, description="Limit for one webhook request, connect to last byte.")
-    max_attempts: int = Field(
-        3, ge=1, le=5, description="Requests per notification for 5xx, 429, timeouts and connection errors (4xx: 1)."
-    )
-    kinds: tuple[str, ...] = Field(
-        tuple(k.value for k in DEFAULT_KINDS),
-        description="Which kinds to send, of incident, approval_needed, gave_up, resumed, straggler. "
-        'Env: a JSON list, ["incident","gave_up"].',
-    )
-    ui_base_url: str | None = Field(
-        None, description="Temporal Web UI base URL, e.g. http://127.0.0.1:8233: notifications link the workflow."
-    )
-
-    @model_validator(mode="after")
-    def _valid(self) -> NotifySettings:
-        unknown = sorted(set(self.kinds) - set(_NOTIFICATION_KINDS))
-        if unknown:
-            raise ValueError(f"notify.kinds: unknown {', '.join(unknown)} (known: {', '.join(_NOTIFICATION_KINDS)})")
-        _http_url(self.webhook_url.get_secret_value() if self.webhook_url else None, "notify.webhook_url")
-        _http_url(self.ui_base_url, "notify.ui_base_url")
-        return self
-
-
-class TelemetrySettings(_Section):
-    """Metrics and traces: OTLP when an endpoint is set, else a Prometheus endpoint (docs/operations.md)."""
-
-    otlp_endpoint: str | None = Field(
-        None,
-        description="OTLP/HTTP collector base URL, e.g. http://otel-collector:4318 (/v1/metrics and /v1/traces are "
-        "appended). Set: metrics and traces go there and the Prometheus endpoint is off.",
-    )
-    prometheus_bind: str = Field(
-        "127.0.0.1:9464",
-        description="host:port of the /metrics endpoint when no OTLP endpoint is set; empty disables it. A process "
-        "that finds the port taken (a second agent on one host) runs without it and logs a warning.",
-    )
-    service_name: str = Field("rebound", min_length=1, description="service.name of traces and metrics.")
-    traces: bool = Field(True, description="Trace client -> workflow -> activities (exported only over OTLP).")
-
-    @model_validator(mode="after")
-    def _valid(self) -> TelemetrySettings:
-        _http_url(self.otlp_endpoint, "telemetry.otlp_endpoint")
-        if self.prometheus_bind and not _ip_port(self.prometheus_bind):
-            raise ValueError(
-                "telemetry.prometheus_bind must be an IP address and port (127.0.0.1:9464, 0.0.0.0:9464, "
-                f"[::1]:9464; no host names) or empty, not {self.prometheus_bind!r}"
-            )
-        return self
-
-
-def _ip_port(value: str) -> bool:
-    """``ip:port`` (IPv6 in brackets), what Temporal's Prometheus server binds to."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        return False
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        return False
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
-class CheckpointSettings(_Section):
-    """Jobs' checkpoints before a restart (docs/checkpoints.md)."""
-
-    fallback: CheckpointFallback = Field(
-        CheckpointFallback.OFF,
-        description="What to do about a partial newest checkpoint before a restart, for jobs that do not choose "
-        "(ckpt_fallback= in their comment or a selector's spec wins): off (only report it) or quarantine (set it "
-        "aside so the framework resumes from the previous complete one; rebound checkpoints restore DIR undoes it).",
-    )
-
-
-class AuditSettings(_Section):
-    """The scheduled Audit workflow and its reports (docs/operations.md, "Reading an audit report")."""
-
-    enabled: bool = Field(
-        True, description="Keep the cluster's audit Schedule at worker start (false: the worker deletes it)."
-    )
-    interval_s: float = Field(3600.0, ge=60, le=7 * 24 * 3600, description="Seconds between scheduled audits.")
-    period_s: float | None = Field(
-        None, gt=0, le=90 * 24 * 3600, description="Seconds each scheduled audit looks back (unset: interval_s)."
-    )
-    report_dir: Path | None = Field(None, description="Where reports are written (unset: state_dir/reports).")
-
-    @property
-    def effective_period_s(self) -> float:
-        return self.period_s if self.period_s is not None else self.interval_s
 
 
 class Settings(BaseSettings):
