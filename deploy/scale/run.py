@@ -47,7 +47,7 @@ from deploy.scale.reads import (
     waiting_activities,
 )
 from deploy.scale.scheduler import FakeSlurm
-from deploy.scale.score import Costs, RunResult, format_table, report_json, score
+from deploy.scale.score import Costs, RunResult, early_incidents, format_table, report_json, score
 from deploy.scale.stack import Stack
 from workers.client import connect
 from workers.settings import TemporalSettings
@@ -334,6 +334,8 @@ async def _measure(run: ScaleCluster, jobs: int, per_kind: int, opts: ScaleOptio
     if unread:
         print(f"[{jobs} jobs] {len(unread)} job(s) never answered their status query: {unread[:20]}", flush=True)
     outcomes, false_count, extra = score(injected, found)
+    for line in early_incidents(injected, found)[:20]:
+        print(f"[{jobs} jobs] false incident: {line}", flush=True)
     costs = Costs(
         window_s=round((w1 - w0).total_seconds(), 1),
         worker_cpu_cores=round(sum(cores[n] for n in worker_names), 3),

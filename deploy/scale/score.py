@@ -108,6 +108,21 @@ def _epoch(t: datetime) -> float:
     return (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).timestamp()
 
 
+def early_incidents(faults: Sequence[InjectedFault], incidents: Mapping[int, Sequence[Incident]]) -> list[str]:
+    """One line per false incident (``score``'s count): the job, the fault it got (if any) and when, and what the
+    incident said, so a run's false incidents can be read, not only counted."""
+    by_job = {f.job_id: f for f in faults}
+    out = []
+    for job_id, found in sorted(incidents.items()):
+        fault = by_job.get(job_id)
+        for i in found:
+            if fault is not None and _epoch(i.detected_at) >= fault.t0 - CLOCK_SLACK_S:
+                continue
+            when = "no fault" if fault is None else f"{fault.kind.value} {_epoch(i.detected_at) - fault.t0:+.1f} s"
+            out.append(f"job {job_id} ({when}): {i.anomaly.kind.value}: {i.anomaly.summary[:160]}")
+    return out
+
+
 def score(
     faults: Sequence[InjectedFault], incidents: Mapping[int, Sequence[Incident]]
 ) -> tuple[tuple[FaultOutcome, ...], int, int]:

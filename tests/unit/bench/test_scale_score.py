@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from deploy.scale.faults import FaultKind, InjectedFault
-from deploy.scale.score import Costs, RunResult, format_table, report_json, score
+from deploy.scale.score import Costs, RunResult, early_incidents, format_table, report_json, score
 from workflows.domain.incident import Anomaly, AnomalyKind, Incident
 
 T0 = datetime(2026, 12, 2, 8, 0, 0, tzinfo=UTC)
@@ -42,6 +42,8 @@ def test_first_incident_after_t0_answers_the_fault_and_others_are_false_or_extra
         (3, None, None, ""),  # never detected
     ]
     assert (false_count, extra) == (2, 1)
+    # Each false incident named, with its job's fault and how long before it the incident came.
+    assert early_incidents(faults, incidents) == ["job 2 (hang -80.0 s): hang: x", "job 4 (no fault): hang: x"]
 
 
 def test_an_incident_a_moment_before_t0_is_within_clock_slack() -> None:
