@@ -140,17 +140,17 @@ class WatchShardActivities:
         if not hub.members:
             return
         if self._direct is not None and hub.view.ready:
-            await self._poll_from_view(hub, self._direct, now)
+            await self._poll_from_view(hub, self._direct)
             return
         snap = await self._snapshots.get()
-        steps = await asyncio.to_thread(hub.read_all, snap, now)
+        steps = await asyncio.to_thread(hub.read_all, snap)  # each member stamped at its read
         fresh: ClusterSnapshot | None = None
         for key, step in steps:
             if step.decision.action is WatchAction.REFRESH_SCHEDULER and fresh is None:
                 fresh = await self._snapshots.get(max_age_s=0)
             hub.settle(key, step, fresh)
 
-    async def _poll_from_view(self, hub: ShardHub, direct: SchedulerReads, now: datetime) -> None:
+    async def _poll_from_view(self, hub: ShardHub, direct: SchedulerReads) -> None:
         """Poll every member against the shard's feed view; a job the view says changed or gone is confirmed with
         the scheduler first (one job, ``get_job``), and so is a ``REFRESH_SCHEDULER``: the feed may lag the logs or
         a requeue by a poll and a hand-over, and a lagging view must not be read as a state."""
@@ -170,7 +170,7 @@ class WatchShardActivities:
                 del views[key]  # the scheduler could not say: the member waits a poll, as in an outage
             else:
                 views[key] = word
-        steps = await asyncio.to_thread(hub.read_all, views, now)
+        steps = await asyncio.to_thread(hub.read_all, views)
         refresh = [(k, s) for k, s in steps if s.decision.action is WatchAction.REFRESH_SCHEDULER]
         again = await self._ask(hub, direct, [(jobs[k], views[k]) for k, _ in refresh])
         fresh = dict(zip([k for k, _ in refresh], again, strict=True))

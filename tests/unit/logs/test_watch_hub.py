@@ -50,6 +50,28 @@ def _poll(hub: ShardHub, snap: ClusterSnapshot) -> None:
         hub.settle(key, step, None)
 
 
+async def test_a_members_event_is_dated_after_its_line_was_read_not_at_the_polls_start(tmp_path: Path) -> None:
+    """The shard stamps each member when its own lines have been read (``read_all`` without ``now``): the poll's
+    start came before the scheduler snapshot's wait, and dated a crash seconds before its line (scale bench)."""
+    sched = FakeScheduler()
+    job = sched.submit(2)
+    hub = ShardHub(0, LogPolicy(), lease_s=3600)
+    _step(tmp_path, job.job_id, 0, 1)
+    hub.subscribe(_sub(job.job_id, tmp_path, offsets={}))
+    _poll(hub, await _snap(sched))
+    poll_began = datetime.now(UTC)
+    time.sleep(0.05)  # the snapshot wait; the line is written after the poll began
+    written = datetime.now(UTC)
+    with (tmp_path / f"job-{job.job_id}-rank-1.log").open("a") as f:
+        f.write("RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    sched.fail_job(job.job_id, exit_code=1)
+    for key, step in hub.read_all(await _snap(sched)):
+        hub.settle(key, step, None)
+    [(_, member)] = hub.pending()
+    assert member.pending is not None
+    assert member.pending.result.observed_at >= written > poll_began
+
+
 def test_jobs_split_by_id_modulo_shards() -> None:
     assert [shard_of(j, 4) for j in (8, 9, 10, 11, 12)] == [0, 1, 2, 3, 0]
     assert shard_task_queue("rebound-watch-shard-", 7) == "rebound-watch-shard-7"
