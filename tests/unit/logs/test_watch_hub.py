@@ -3,6 +3,7 @@ details' size bound. Real log files in a temp directory, the real JobWatcher, a 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import random
@@ -60,7 +61,7 @@ async def test_a_members_event_is_dated_after_its_line_was_read_not_at_the_polls
     hub.subscribe(_sub(job.job_id, tmp_path, offsets={}))
     _poll(hub, await _snap(sched))
     poll_began = datetime.now(UTC)
-    time.sleep(0.05)  # the snapshot wait; the line is written after the poll began
+    await asyncio.sleep(0.05)  # the snapshot wait; the line is written after the poll began
     written = datetime.now(UTC)
     with (tmp_path / f"job-{job.job_id}-rank-1.log").open("a") as f:
         f.write("RuntimeError: CUDA error: an illegal memory access was encountered\n")
