@@ -44,6 +44,7 @@ class SlurmErrno(IntEnum):
     PROTOCOL_VERSION = 1005
     PROTOCOL_AUTHENTICATION = 1007
     ACCESS_DENIED = 2002
+    INVALID_USER_ID = 2010
     INVALID_JOB_ID = 2017
     INVALID_NODE_NAME = 2018
     TRANSITION_STATE_NO_UPDATE = 2020
@@ -57,6 +58,12 @@ class SlurmErrno(IntEnum):
     JOB_FINISHED = 2084
     SOCKET_TIMEOUT = 5004
     ZERO_BYTES = 5005
+    AUTH_CRED_INVALID = 6000
+    AUTH_KEY_UNREADABLE = 6001
+    AUTH_AGENT_UNREACHABLE = 6002
+    AUTH_CRED_BAD = 6006
+    AUTH_UNPACK = 6007
+    AUTH_NOT_APPLICABLE = 6008
 
 
 # slurm_strerror() texts, exactly as 22.05.8 prints them. No text contains another, so the first match is the
@@ -80,6 +87,13 @@ _TEXTS: dict[str, SlurmErrno] = {
     "Communication shutdown failure": SlurmErrno.COMMUNICATIONS_SHUTDOWN,
     "Incompatible versions of client and server code": SlurmErrno.PROTOCOL_VERSION,
     "Protocol authentication error": SlurmErrno.PROTOCOL_AUTHENTICATION,
+    "Invalid user id": SlurmErrno.INVALID_USER_ID,
+    "Invalid authentication credential": SlurmErrno.AUTH_CRED_INVALID,
+    "Failed to open authentication public key": SlurmErrno.AUTH_KEY_UNREADABLE,
+    "Failed to connect to authentication agent": SlurmErrno.AUTH_AGENT_UNREACHABLE,
+    "Authentication credential invalid": SlurmErrno.AUTH_CRED_BAD,
+    "Cannot unpack credential": SlurmErrno.AUTH_UNPACK,
+    "Authentication does not apply to request": SlurmErrno.AUTH_NOT_APPLICABLE,
     "Slurm backup controller in standby mode": SlurmErrno.IN_STANDBY_MODE,
     "Socket timed out on send/recv operation": SlurmErrno.SOCKET_TIMEOUT,
     "Zero Bytes were transmitted or received": SlurmErrno.ZERO_BYTES,
@@ -90,6 +104,20 @@ _UNREACHABLE_TEXTS = (
     "Unable to contact slurm controller",  # scontrol/sinfo: "... (connect failure)"
     "Connection refused",
     "is DOWN",  # scontrol ping: "Slurmctld(primary) at vm is DOWN"
+)
+# What the Slurm commands print when munge cannot vouch for them: munged down, another key than slurmctld's, a
+# credential slurmctld will not take (expired, rewound by a clock step, replayed). The worker's own authentication,
+# not the controller's health: an operator fixes munge, so these are SCHEDULER_AUTH, never "unreachable".
+_AUTH_TEXTS = (
+    "Munge encode failed",
+    "Munge decode failed",
+    "auth_g_create",
+    "auth_g_verify",
+    "Invalid credential",
+    "Expired credential",
+    "Rewound credential",
+    "Replayed credential",
+    "Unauthorized credential",
 )
 _CONFIGURATION_TEXTS = (
     "Unable to process configuration file",
@@ -112,7 +140,15 @@ _DEFAULT_KIND: dict[SlurmErrno, FailureKind] = {
     SlurmErrno.INVALID_JOB_ID: FailureKind.JOB_NOT_FOUND,
     SlurmErrno.INVALID_NODE_NAME: FailureKind.NODE_NOT_FOUND,
     SlurmErrno.ACCESS_DENIED: FailureKind.CONFIGURATION,  # the service user lacks Slurm operator rights
-    SlurmErrno.PROTOCOL_AUTHENTICATION: FailureKind.CONFIGURATION,  # wrong munge socket or key
+    # Authentication: the worker's credential (munge, or slurmrestd's JWT) was refused; an operator must act.
+    SlurmErrno.PROTOCOL_AUTHENTICATION: FailureKind.SCHEDULER_AUTH,
+    SlurmErrno.INVALID_USER_ID: FailureKind.SCHEDULER_AUTH,
+    SlurmErrno.AUTH_CRED_INVALID: FailureKind.SCHEDULER_AUTH,
+    SlurmErrno.AUTH_KEY_UNREADABLE: FailureKind.SCHEDULER_AUTH,
+    SlurmErrno.AUTH_AGENT_UNREACHABLE: FailureKind.SCHEDULER_AUTH,
+    SlurmErrno.AUTH_CRED_BAD: FailureKind.SCHEDULER_AUTH,
+    SlurmErrno.AUTH_UNPACK: FailureKind.SCHEDULER_AUTH,
+    SlurmErrno.AUTH_NOT_APPLICABLE: FailureKind.SCHEDULER_AUTH,
     SlurmErrno.PROTOCOL_VERSION: FailureKind.CONFIGURATION,
 }
 
@@ -142,10 +178,12 @@ def kind_from_text(text: str) -> FailureKind:
     errno = errno_from_text(text)
     if errno is not None:
         return default_kind(errno)
+    if any(marker in text for marker in _CONFIGURATION_TEXTS):
+        return FailureKind.CONFIGURATION  # before the auth texts: "Invalid user for SlurmUser" is slurm.conf's
+    if any(marker in text for marker in _AUTH_TEXTS):
+        return FailureKind.SCHEDULER_AUTH
     if any(marker in text for marker in _UNREACHABLE_TEXTS):
         return FailureKind.SCHEDULER_UNREACHABLE
-    if any(marker in text for marker in _CONFIGURATION_TEXTS):
-        return FailureKind.CONFIGURATION
     return FailureKind.SCHEDULER_REJECTED
 
 
@@ -195,7 +233,9 @@ def classify_api_errors(errors: Sequence[ApiError], *, source: str) -> ReboundEr
     """Turn a non-empty ``errors`` list into one classified error.
 
     ``-1`` ("Unspecified error") is what 22.05 reports when slurmctld does not answer, and slurmrestd also
-    when it rejects a JWT (both observed): it is classified ``SCHEDULER_UNREACHABLE`` (retryable).
+    when it rejects a JWT (both observed): it is classified ``SCHEDULER_UNREACHABLE`` (retryable) here, and the
+    REST adapter, which knows its token and can ask slurmctld another way, turns a refused JWT into
+    ``SCHEDULER_AUTH`` (``rest.SlurmRestScheduler``).
     """
     numbers = {e.number for e in errors}
     text = "; ".join(e.describe() for e in errors)

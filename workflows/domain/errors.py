@@ -11,6 +11,8 @@ at the activity boundary; workflows and retry policies match on these values, ne
     │   ├── TEMPORAL_UNREACHABLE       the Temporal frontend did not answer
     │   └── GPU_SOURCE_UNAVAILABLE     NVML/DCGM could not be read right now
     └── permanent (retrying the same request cannot help)
+        ├── SCHEDULER_AUTH             the scheduler refused Rebound's credentials (slurmrestd JWT, munge, TLS):
+        │                              an operator must fix a token or a setting; never read as "unreachable"
         ├── SCHEDULER_REJECTED         the scheduler refused the request (bad id, not allowed, wrong state)
         ├── SCHEDULER_UNSUPPORTED      this backend cannot do that (e.g. drain over the 22.05 REST API)
         ├── SCHEDULER_BAD_RESPONSE     output that does not parse: a version we do not understand
@@ -32,6 +34,7 @@ class FailureKind(StrEnum):
     SCHEDULER_BUSY = "SCHEDULER_BUSY"
     TEMPORAL_UNREACHABLE = "TEMPORAL_UNREACHABLE"
     GPU_SOURCE_UNAVAILABLE = "GPU_SOURCE_UNAVAILABLE"
+    SCHEDULER_AUTH = "SCHEDULER_AUTH"
     SCHEDULER_REJECTED = "SCHEDULER_REJECTED"
     SCHEDULER_UNSUPPORTED = "SCHEDULER_UNSUPPORTED"
     SCHEDULER_BAD_RESPONSE = "SCHEDULER_BAD_RESPONSE"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from activities.slurm.errors import (
+    _TEXTS,
     ApiError,
     SlurmErrno,
     api_errors,
@@ -56,7 +57,16 @@ def test_ping_outputs() -> None:
         ("squeue: fatal: Unable to process configuration file", FailureKind.CONFIGURATION),
         ("error: s_p_parse_file: cannot stat file /x/slurm.conf", FailureKind.CONFIGURATION),
         ("slurm_load_jobs error: Socket timed out on send/recv operation", FailureKind.SCHEDULER_TIMEOUT),
-        ("Protocol authentication error", FailureKind.CONFIGURATION),
+        ("slurm_load_jobs error: Protocol authentication error", FailureKind.SCHEDULER_AUTH),
+        ("scontrol: error: Invalid user id", FailureKind.SCHEDULER_AUTH),
+        (
+            'squeue: error: Munge encode failed: Failed to access "/run/munge/munge.socket.2": No such file',
+            FailureKind.SCHEDULER_AUTH,
+        ),
+        ("error: Munge decode failed: Expired credential", FailureKind.SCHEDULER_AUTH),
+        ("error: Munge decode failed: Invalid credential", FailureKind.SCHEDULER_AUTH),
+        ("slurm_load_node error: Invalid authentication credential", FailureKind.SCHEDULER_AUTH),
+        ("Invalid user for SlurmUser slurm, ignored", FailureKind.CONFIGURATION),  # slurm.conf, not a credential
         ("Access/permission denied for job 3", FailureKind.CONFIGURATION),
         ("Job can not be altered now, try again later for job 3", FailureKind.SCHEDULER_BUSY),
         (
@@ -83,6 +93,20 @@ def test_api_errors_accept_both_spellings() -> None:
     assert api_errors(golden.load("rest_node_unknown.json"), source="rest")[0].number == 2018  # "errno"
     assert api_errors({"errors": [{"error": "x", "errno": True}]}, source="x")[0].number == -1
     assert api_errors({}, source="x") == ()
+
+
+def test_auth_numbers_in_json_errors_are_their_own_kind() -> None:
+    # slurmrestd or squeue --json may carry the auth plugin's numbers: never an outage, never a job's state.
+    for number in (1007, 2010, 6000, 6001, 6002, 6006, 6007, 6008):
+        errors = [ApiError(number, "auth")]
+        assert classify_api_errors(errors, source="x").kind is FailureKind.SCHEDULER_AUTH, number
+        assert not FailureKind.SCHEDULER_AUTH.retryable
+
+
+def test_strerror_texts_never_contain_one_another() -> None:
+    # errno_from_text takes the first match: the table is only sound if no text contains another.
+    texts = list(_TEXTS)
+    assert not [(a, b) for a in texts for b in texts if a != b and a in b]
 
 
 def test_classify_mixed_numbers_uses_the_specific_one() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 
 import httpx
@@ -11,8 +12,10 @@ from pydantic import SecretStr
 
 from activities.slurm.port import CompositeScheduler, SchedulerActions, SchedulerPort, SchedulerReads
 from activities.slurm.rest import SlurmRestScheduler, rest_client
+from activities.slurm.rest_auth import SlurmJwtAuth
 from tests.fakes.scheduler import FakeScheduler
 from tests.unit.slurm import golden
+from tests.unit.slurm.jwt_support import jwt_hs256
 from workflows.domain.errors import FailureKind, ReboundError
 
 _V = "/slurm/v0.0.38"
@@ -92,8 +95,8 @@ async def test_node_names_are_escaped(rest: SlurmRestScheduler, server: Server) 
     [
         ("jobs", 500, golden.read("rest_ctld_down_jobs.json"), FailureKind.SCHEDULER_UNREACHABLE),
         ("jobs", 500, golden.read("rest_jwt_bad_token.json"), FailureKind.SCHEDULER_UNREACHABLE),
-        ("jobs", 401, golden.read("rest_jwt_no_token_401.txt"), FailureKind.CONFIGURATION),
-        ("jobs", 403, b"Forbidden", FailureKind.CONFIGURATION),
+        ("jobs", 401, golden.read("rest_jwt_no_token_401.txt"), FailureKind.SCHEDULER_AUTH),
+        ("jobs", 403, b"Forbidden", FailureKind.SCHEDULER_AUTH),
         ("jobs", 405, golden.read("rest_node_post_405.txt"), FailureKind.SCHEDULER_UNSUPPORTED),
         ("jobs", 502, b"<html>bad gateway</html>", FailureKind.SCHEDULER_UNREACHABLE),
         ("jobs", 500, b'{"errors": []}', FailureKind.SCHEDULER_UNREACHABLE),
@@ -144,12 +147,25 @@ async def test_unknown_api_version_is_configuration(server: Server) -> None:
 
 
 async def test_rest_client_for_jwt() -> None:
-    client = rest_client(url="http://127.0.0.1:6820", user="rebound", token=SecretStr("eyJ.secret"), timeout_s=3)
+    token = jwt_hs256({"exp": int(time.time()) + 3600, "iat": int(time.time()), "sun": "rebound"})
+    client = rest_client(url="http://127.0.0.1:6820", user="rebound", token=SecretStr(token), timeout_s=3)
     async with client:
         assert client.base_url == httpx.URL("http://127.0.0.1:6820")
-        assert client.headers["X-SLURM-USER-NAME"] == "rebound"
-        assert client.headers["X-SLURM-USER-TOKEN"] == "eyJ.secret"
+        assert isinstance(client.auth, SlurmJwtAuth)
+        assert "X-SLURM-USER-TOKEN" not in client.headers  # set per request, from the (renewable) source
         assert client.timeout.read == 3
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=golden.read("rest_ping.json"))
+
+    async with httpx.AsyncClient(
+        transport=httpx.MockTransport(answer), base_url="http://x", auth=client.auth
+    ) as signed:
+        await SlurmRestScheduler(signed).ping()
+    assert seen[0].headers["X-SLURM-USER-NAME"] == "rebound"
+    assert seen[0].headers["X-SLURM-USER-TOKEN"] == token
 
 
 async def test_rest_client_prefers_the_socket() -> None:
@@ -163,7 +179,7 @@ def test_rest_client_misconfigurations() -> None:
         rest_client()
     assert caught.value.kind is FailureKind.CONFIGURATION
     with pytest.raises(ReboundError) as caught:
-        rest_client(url="http://x", token=SecretStr("t"))
+        rest_client(url="http://x", token=SecretStr(jwt_hs256({"exp": 2**31})))
     assert caught.value.kind is FailureKind.CONFIGURATION
 
 
