@@ -45,6 +45,19 @@ class LabConfig(BaseSettings):
     temporal_port: int = Field(7233, ge=1024, le=65535)
     temporal_ui_port: int = Field(8233, ge=1024, le=65535)
     temporal_namespace: str = "default"
+    tls_proxy: bool = Field(
+        True,
+        description="Start the TLS proxy (nginx, mutual TLS) in front of Temporal and slurmrestd "
+        "(deploy/local/tls_proxy.py).",
+    )
+    temporal_tls_port: int = Field(7234, ge=1024, le=65535, description="The TLS proxy's port for Temporal (gRPC).")
+    slurmrestd_tls_port: int = Field(6821, ge=1024, le=65535, description="The TLS proxy's port for slurmrestd.")
+    workers_via_proxy: bool = Field(
+        False,
+        description="Connect the lab's worker and node agents to Temporal through the TLS proxy, each with its "
+        "role's client certificate and the API key. Off by default: the dev server still listens on loopback for "
+        "every local user, so the detour protects nothing on one host and adds a hop to every benchmark.",
+    )
     # Fast failure detection: a killed node is DOWN in ~6 s with 3/2 (measured, facts/slurm-lab.md §3).
     slurmd_timeout_s: int = Field(3, ge=2)
     message_timeout_s: int = Field(2, ge=1)
@@ -97,6 +110,15 @@ class LabConfig(BaseSettings):
         return f"127.0.0.1:{self.temporal_port}"
 
     @property
+    def temporal_tls_address(self) -> str:
+        """The TLS proxy in front of the dev server (its certificate names 127.0.0.1 and localhost)."""
+        return f"127.0.0.1:{self.temporal_tls_port}"
+
+    @property
+    def slurmrestd_tls_url(self) -> str:
+        return f"https://127.0.0.1:{self.slurmrestd_tls_port}"
+
+    @property
     def temporal_ui_url(self) -> str:
         return f"http://127.0.0.1:{self.temporal_ui_port}"
 
@@ -112,6 +134,9 @@ class LabConfig(BaseSettings):
             "temporal": self.temporal_port,
             "temporal-ui": self.temporal_ui_port,
         }
+        if self.tls_proxy:
+            ports["temporal-tls"] = self.temporal_tls_port
+            ports["slurmrestd-tls"] = self.slurmrestd_tls_port
         for i, node in enumerate(self.node_names):
             ports[f"slurmd-{node}"] = self.slurmd_port_base + i
         return ports

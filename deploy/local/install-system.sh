@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the lab and the tests need, if any is missing. Idempotent; needs root.
 set -euo pipefail
-pkgs=(slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin gcc make python3-venv procps)
+pkgs=(slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin gcc make python3-venv procps nginx-light openssl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

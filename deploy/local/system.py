@@ -18,6 +18,7 @@ SYSTEM_PACKAGES: dict[str, str] = {
     "slurmrestd": "slurmrestd",
     "slurm-wlm-jwt-plugin": "",  # a plugin, no binary: checked by its .so below
     "gcc": "gcc",
+    "nginx-light": "nginx",  # the TLS proxy in front of Temporal and slurmrestd (deploy/local/tls_proxy.py)
 }
 JWT_PLUGIN = "/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so"
 
