@@ -7,10 +7,12 @@ Secrets are ``SecretStr``: they print as ``**********`` and are never logged.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import (
@@ -129,10 +131,36 @@ class SlurmSettings(Section):
     slurm_conf: Path | None = Field(None, description="SLURM_CONF for the Slurm commands (their default if unset).")
     bin_dir: Path | None = Field(None, description="Directory of squeue/sinfo/scontrol/sbatch (PATH if unset).")
     command_timeout_s: float = Field(15.0, gt=0, description="Limit for one Slurm command.")
-    rest_url: str | None = Field(None, description="slurmrestd over TCP, e.g. http://127.0.0.1:6820 (JWT auth).")
+    rest_url: str | None = Field(
+        None,
+        description="slurmrestd over TCP with JWT auth: https://host:port through a TLS proxy (slurmrestd 22.05 "
+        "has no TLS of its own); plain http only on loopback, e.g. http://127.0.0.1:6820.",
+    )
     rest_socket: Path | None = Field(None, description="slurmrestd unix socket (local auth).")
     rest_user: str = Field("root", description="X-SLURM-USER-NAME for JWT auth.")
-    rest_token: SecretStr | None = Field(None, description="X-SLURM-USER-TOKEN (a Slurm JWT).")
+    rest_token: SecretStr | None = Field(
+        None,
+        description="X-SLURM-USER-TOKEN (a Slurm JWT). Cannot be renewed: past its exp it is not sent "
+        "(SCHEDULER_AUTH); prefer rest_token_file or rest_token_lifespan_s.",
+    )
+    rest_token_file: Path | None = Field(
+        None,
+        description="A file holding the slurmrestd JWT (bare, or SLURM_JWT=... as scontrol token prints it), "
+        "written by whatever renews it; read again whenever it changes.",
+    )
+    rest_token_lifespan_s: int | None = Field(
+        None,
+        ge=60,
+        description="Make the JWT with `scontrol token username=<rest_user> lifespan=N` and renew it when a third "
+        "of N is left (the worker's Unix user must be root or SlurmUser to ask for another user's token).",
+    )
+    rest_ca_file: Path | None = Field(
+        None, description="CA bundle of the TLS proxy in front of slurmrestd (https:// rest_url; system CAs if unset)."
+    )
+    rest_client_cert: Path | None = Field(
+        None, description="Client certificate (PEM) for a TLS proxy that verifies clients; with rest_client_key."
+    )
+    rest_client_key: Path | None = Field(None, description="Private key (PEM) of rest_client_cert.")
     rest_api_version: str = Field("v0.0.38", description="slurmrestd OpenAPI plugin version.")
     parse_offload: bool = Field(
         True,
@@ -150,6 +178,20 @@ class SlurmSettings(Section):
     def _rest_needs_endpoint(self) -> SlurmSettings:
         if self.backend is SchedulerBackend.REST and self.rest_url is None and self.rest_socket is None:
             raise ValueError("slurm.backend=rest needs slurm.rest_url or slurm.rest_socket")
+        tokens = [self.rest_token, self.rest_token_file, self.rest_token_lifespan_s]
+        if sum(t is not None for t in tokens) > 1:
+            raise ValueError("set one of slurm.rest_token, rest_token_file, rest_token_lifespan_s")
+        if (self.rest_client_cert is None) != (self.rest_client_key is None):
+            raise ValueError("slurm.rest_client_cert and slurm.rest_client_key must be set together")
+        rest = self.backend is SchedulerBackend.REST
+        if rest and self.rest_socket is None and self.rest_url is not None and _plain_http_off_host(self.rest_url):
+            raise ValueError(
+                f"slurm.rest_url={self.rest_url}: a JWT over plain http leaves this host readable by anyone on the "
+                "path; put slurmrestd behind a TLS proxy and use https:// (slurm.rest_ca_file), or a loopback URL"
+            )
+        tls = (self.rest_ca_file, self.rest_client_cert)
+        if any(f is not None for f in tls) and not (self.rest_url or "").lower().startswith("https://"):
+            raise ValueError("slurm.rest_ca_file/rest_client_cert need an https:// slurm.rest_url (a TLS proxy)")
         return self
 
     def command_env(self) -> dict[str, str]:
@@ -158,6 +200,20 @@ class SlurmSettings(Section):
         if self.slurm_conf is not None:
             env["SLURM_CONF"] = str(self.slurm_conf)
         return env
+
+
+def _plain_http_off_host(url: str) -> bool:
+    """An http:// URL whose host is not this one's loopback (where a token in clear reaches the network)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "http":
+        return False
+    host = (parts.hostname or "").lower()
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
 
 
 class NodeAgentSettings(Section):

@@ -8,6 +8,7 @@ from typing import Any
 from activities.slurm.cli import SlurmCliScheduler
 from activities.slurm.parse_offload import ParseOffload
 from activities.slurm.port import CompositeScheduler, SchedulerPort, SchedulerReads
+from activities.slurm.rest_auth import TokenSource
 from activities.slurm.snapshots import SnapshotCache
 from workers.settings import GpuSettings, SchedulerBackend, SlurmSettings, WatchSettings
 
@@ -33,15 +34,40 @@ def build_scheduler(settings: SlurmSettings) -> SchedulerPort:
             url=settings.rest_url,
             unix_socket=settings.rest_socket,
             user=settings.rest_user,
-            token=settings.rest_token,
             timeout_s=settings.command_timeout_s,
+            token_source=_rest_token_source(settings, cli),
+            ca_file=settings.rest_ca_file,
+            client_cert=settings.rest_client_cert,
+            client_key=settings.rest_client_key,
         )
-        return CompositeScheduler(
-            reads=SlurmRestScheduler(client, api_version=settings.rest_api_version, parser=parser), actions=cli
+        # scontrol ping (over munge, not the JWT) tells a refused token from a controller outage.
+        reads = SlurmRestScheduler(
+            client, api_version=settings.rest_api_version, parser=parser, controller_probe=cli.ping
         )
+        return CompositeScheduler(reads=reads, actions=cli)
     from activities.slurm.pyslurm_adapter import PyslurmScheduler
 
     return PyslurmScheduler()
+
+
+def _rest_token_source(settings: SlurmSettings, cli: SlurmCliScheduler) -> TokenSource | None:
+    """The slurmrestd JWT's source: a file, ``scontrol token`` (renewed), a fixed token, or none (unix socket)."""
+    from activities.slurm.rest_auth import ScontrolToken, StaticToken, TokenFile
+
+    if settings.rest_socket is not None:
+        return None  # local auth: the socket's peer uid, no token to expire
+    if settings.rest_token_file is not None:
+        return TokenFile(settings.rest_token_file)
+    if settings.rest_token_lifespan_s is not None:
+
+        async def scontrol(*args: str) -> tuple[int, str, str]:
+            done = await cli.run("scontrol", *args)
+            return done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr
+
+        return ScontrolToken(scontrol, settings.rest_user, settings.rest_token_lifespan_s)
+    if settings.rest_token is not None:
+        return StaticToken(settings.rest_token)
+    return None
 
 
 def build_snapshot_cache(scheduler: SchedulerReads, settings: WatchSettings) -> SnapshotCache:

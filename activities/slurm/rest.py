@@ -46,6 +46,8 @@ from workflows.domain.slurm import ClusterSnapshot, SlurmJob, SlurmNode
 __all__ = ["SlurmRestScheduler", "rest_client"]
 
 _BODY_LIMIT = 300
+#: What nginx's 400 page says when ``ssl_verify_client on`` finds no certificate, or one it does not trust.
+_NGINX_CLIENT_CERT = "SSL certificate"
 
 
 def rest_client(
@@ -276,6 +278,13 @@ class SlurmRestScheduler:
                 FailureKind.SCHEDULER_UNREACHABLE, f"{source}: slurmrestd unreachable ({type(e).__name__}: {e})"
             ) from e
         status = response.status_code
+        if status == 400 and _NGINX_CLIENT_CERT in response.text:
+            # nginx's ssl_verify_client over TLS 1.3: the handshake completed, the request is refused.
+            raise ReboundError(
+                FailureKind.SCHEDULER_AUTH,
+                f"{source}: the TLS proxy refused our client certificate ({_body(response)}): set "
+                "slurm.rest_client_cert/rest_client_key to a certificate its ssl_client_certificate CA signed",
+            )
         if status in (401, 403):
             raise ReboundError(
                 FailureKind.SCHEDULER_AUTH,
