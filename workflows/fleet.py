@@ -218,7 +218,10 @@ class FleetWorkflow:
         # Again after noting: a node Rebound had no record of (sync follows only recorded nodes) that someone else
         # already drained is EXTERNAL from its first request, not a SUSPECT (pure: no command changes).
         self._state = policy.sync_with_view(self._state, view, now)
-        verdict = policy.decide_isolation(self._state, req, self._policy, view, now)
+        # A job's output is a claim (issue 13): one user's jobs no longer drain a node or freeze drains; histories
+        # recorded before decided by the rule of then (their drains and approvals are commands).
+        claims = workflow.patched("13-fleet-job-output-is-a-claim")
+        verdict = policy.decide_isolation(self._state, req, self._policy, view, now, claims=claims)
         reasons = [why, *verdict.reasons] if why else list(verdict.reasons)
         drained: list[str] = []
         approvals: list[str] = []

@@ -62,11 +62,13 @@ class FleetPolicy(Frozen):
     correlation_window_s: float = Field(300.0, gt=0)
     """Failures of different jobs within this window are compared."""
     correlation_min_nodes: int = Field(3, ge=2)
-    """This many distinct nodes implicated by at least two jobs within the window point at shared infrastructure
-    (a switch, a file system): nothing more is drained until an operator decides."""
+    """This many distinct nodes implicated by jobs of at least two different users within the window point at
+    shared infrastructure (a switch, a file system): nothing more is drained until an operator decides. Jobs of
+    one user never count as shared: one user could otherwise freeze every drain on purpose."""
     suspicion_window_s: float = Field(24 * 3600.0, gt=0)
     """A suspicion (a node excluded from one job's placement on the job's word alone) is remembered this long: the
-    same node implicated again within it, by the same job or another, is drained."""
+    same node implicated again within it by a job of another user is drained; again only by jobs of the same user
+    (a job's output is a claim), the drain waits for an operator."""
     lemon_incidents: int = Field(3, ge=2)
     """A node implicated in this many incidents within ``lemon_window_s`` is held for repair, never returned."""
     lemon_window_s: float = Field(7 * 24 * 3600.0, gt=0)
@@ -104,6 +106,8 @@ class NodeIncident(Frozen):
     """Only the job's word against the node (``ActionRung.EXCLUDE``): excluded for that job, not drained."""
     evidence: str = ""
     """What the evidence was, in the action ladder's words, for people."""
+    user: str = ""
+    """The job's owner (``IsolationRequest.user``); empty: unknown (recorded before owners were, or not known)."""
 
 
 class NodeRecord(Frozen):
@@ -172,6 +176,11 @@ class IsolationRequest(Frozen):
     owner_excluded: tuple[str, ...] = ()
     """Nodes the job's owner excludes (``--exclude``): out of its placement, never part of Rebound's standing
     exclusion or its bound."""
+    user: str = ""
+    """The job's owner, the Unix user of the scheduler's job record (Slurm authenticated it; the job's output
+    cannot change it). A job's output is a claim, so only jobs of different users implicating the same node make a
+    drain without node-level evidence, and only they count toward cross-job correlation. Empty: unknown (a request
+    from before owners were sent), never "a different user"."""
 
 
 class NodeGpuFault(Frozen):

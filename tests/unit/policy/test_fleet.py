@@ -80,7 +80,9 @@ def request(
     seconds: float = 0.0,
     partition: str = "gpu",
     restart: int = 1,
+    user: str | None = None,
 ) -> IsolationRequest:
+    """A drain-rung request (an XID); its job's owner is ``user``, by default one user per job (``u<job>``)."""
     return IsolationRequest(
         request_id=f"rebound/c/job/{job}/incident-{number}",
         reply_to=f"rebound/c/job/{job}",
@@ -92,6 +94,7 @@ def request(
         nodes=nodes,
         restart_number=restart,
         requested_at=at(seconds),
+        user=f"u{job}" if user is None else user,
     )
 
 
@@ -218,7 +221,7 @@ def test_observe_mode_computes_the_full_verdict_without_acting() -> None:
     verdict = decide_isolation(state, request("n1", "n2", "n3"), POLICY, cluster(40), at(10))
     assert verdict.act is False
     assert verdict.drain == ("n1", "n2", "n3")  # what WOULD be drained (1 of 4 used)
-    assert "n1: would drain (confidence 0.90)" in verdict.reasons
+    assert "n1: would drain (confidence 0.90): node-level evidence: xid-79" in verdict.reasons
     assert verdict.reasons[0].startswith("observe mode")
     assert decide_isolation(state, request("n1", "n2", "n3", "n4"), POLICY, cluster(40), at(10)).hold == ("n4",)
 
@@ -244,7 +247,7 @@ def test_canary_mode(canary: str, job_partition: str, act: bool) -> None:
 def test_act_mode_acts() -> None:
     verdict = decide_isolation(ACT, request("n1"), POLICY, cluster(10), T0)
     assert (verdict.act, verdict.drain, verdict.exclude) == (True, ("n1",), ("n1",))
-    assert "n1: drain (confidence 0.90)" in verdict.reasons
+    assert "n1: drain (confidence 0.90): node-level evidence: xid-79" in verdict.reasons
 
 
 # ----- ownership: external drains, our drains, unknown nodes --------------------------------------------------------
@@ -302,7 +305,10 @@ def test_two_jobs_three_nodes_is_shared_infrastructure() -> None:
     assert verdict.drain == ()
     assert verdict.hold == ("n2", "n3")
     assert verdict.exclude == ("n2", "n3")
-    assert any(r.startswith("shared infrastructure suspected: jobs 1, 2 implicate 3 nodes") for r in verdict.reasons)
+    assert any(
+        r.startswith("shared infrastructure suspected: jobs 1, 2 of users u1 and u2 implicate 3 nodes")
+        for r in verdict.reasons
+    )
 
 
 def test_two_jobs_of_three_nodes_each_hold_everything() -> None:
@@ -322,7 +328,53 @@ def test_two_jobs_on_one_node_is_a_strong_suspect_not_shared_infrastructure() ->
     state = _noted(request("n1", job=1, confidence=0.2))
     verdict = decide_isolation(state, request("n1", job=2, confidence=0.2, seconds=30), POLICY, cluster(100), at(30))
     assert verdict.drain == ("n1",)  # low confidence, but implicated by two jobs
-    assert "n1: strong suspect: also implicated by job 1 within 5m" in verdict.reasons
+    assert "n1: strong suspect: also implicated by job 1 of user u1 within 5m" in verdict.reasons
+
+
+def test_two_jobs_of_one_user_over_three_nodes_freeze_nothing() -> None:
+    """One user's jobs cannot freeze the cluster's drains: a hostile user controls what they print and how many
+    there are. Before job output was a claim, two jobs implicating three nodes froze every drain."""
+    state = _noted(request("n1", job=1, user="alice"))
+    verdict = decide_isolation(
+        state, request("n2", "n3", job=2, seconds=60, user="alice"), POLICY, cluster(100), at(60)
+    )
+    assert verdict.drain == ("n2", "n3") and verdict.hold == ()
+    assert not any(r.startswith("shared infrastructure suspected") for r in verdict.reasons)
+    assert (
+        "not shared infrastructure: jobs 1, 2 implicate 3 nodes within 5m, but all are jobs of user alice: one "
+        "user's jobs cannot freeze the cluster's drains"
+    ) in verdict.reasons
+    # The rule before (histories recorded then) froze them.
+    legacy = decide_isolation(
+        state, request("n2", "n3", job=2, seconds=60, user="alice"), POLICY, cluster(100), at(60), claims=False
+    )
+    assert legacy.hold == ("n2", "n3")
+
+
+def test_jobs_of_unknown_owners_count_for_no_user_in_correlation() -> None:
+    state = _noted(request("n1", job=1, user=""))
+    verdict = decide_isolation(state, request("n2", "n3", job=2, seconds=60), POLICY, cluster(100), at(60))
+    assert verdict.drain == ("n2", "n3")
+    # A request of an unknown owner adds no nodes to the count, but a burst of two known users holds its drains.
+    state = _noted(request("n1", job=1, user="alice"), request("n4", job=3, user="bob"))
+    verdict = decide_isolation(state, request("n2", job=2, seconds=60, user=""), POLICY, cluster(100), at(60))
+    assert verdict.drain == ("n2",)  # n1 and n4: two nodes
+    state = _noted(request("n1", "n5", job=1, user="alice"), request("n4", job=3, user="bob"))
+    verdict = decide_isolation(state, request("n2", job=2, seconds=60, user=""), POLICY, cluster(100), at(60))
+    assert verdict.hold == ("n2",)
+    assert (
+        "shared infrastructure suspected: jobs 1, 3 of users alice and bob implicate 3 nodes (n1, n4, n5) within "
+        "5m: nothing is drained until an operator decides"
+    ) in verdict.reasons
+
+
+def test_another_job_of_the_same_user_is_no_strong_suspect() -> None:
+    state = _noted(request("n1", job=1, confidence=0.2, user="alice"))
+    verdict = decide_isolation(
+        state, request("n1", job=2, confidence=0.2, seconds=30, user="alice"), POLICY, cluster(100), at(30)
+    )
+    assert verdict.hold == ("n1",) and verdict.drain == ()
+    assert "n1: waits for an operator: confidence 0.20 below 0.50" in verdict.reasons
 
 
 def test_low_confidence_alone_waits() -> None:

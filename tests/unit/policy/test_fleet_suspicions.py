@@ -1,6 +1,7 @@
 """The Fleet's suspicions: the exclude rung records a suspicion and drains nothing; the same node implicated again
-within the window (this job or another) is drained, both incidents named; an exclusion that would leave the job
-unplaceable is not made. Pure, no Temporal."""
+within the window by a job of another user is drained, the incidents and users named; implicated again only by
+jobs of the same user (a job's output is a claim), it stays a suspicion and its drain waits for an operator; an
+exclusion that would leave the job unplaceable is not made. Pure, no Temporal."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ def suspicion(
     excluded_before: tuple[str, ...] = (),
     owner_excluded: tuple[str, ...] = (),
     confidence: float = 0.6,
+    user: str = "alice",
 ) -> IsolationRequest:
     return IsolationRequest(
         request_id=f"rebound/c/job/{job}/incident-{number}",
@@ -74,6 +76,7 @@ def suspicion(
         node_count=node_count,
         excluded_before=excluded_before,
         owner_excluded=owner_excluded,
+        user=user,
     )
 
 
@@ -95,24 +98,50 @@ def test_a_first_suspicion_excludes_the_node_for_the_job_and_drains_nothing() ->
     assert any("n2: suspicion recorded, not drained" in r for r in verdict.reasons)
 
 
-def test_the_same_job_implicating_the_node_again_drains_it_naming_both_incidents() -> None:
+def test_the_same_job_implicating_the_node_again_asks_an_operator_and_drains_nothing() -> None:
     state, _ = handle(ACT, suspicion("n2", number=1), cluster(4))
     state, verdict = handle(state, suspicion("n2", number=2, seconds=600), cluster(4))
-    assert verdict.drain == ("n2",) and verdict.suspected == ()
-    repeat = next(r for r in verdict.reasons if "implicated again" in r)
-    assert "42-1 (rank-killed, job 42)" in repeat and "now 42-2" in repeat
+    assert verdict.drain == () and verdict.hold == ("n2",)  # the hold is the operator's approval of a drain
+    assert verdict.suspected == ("n2",) and verdict.exclude == ("n2",) and verdict.job_exclusion == ("n2",)
+    assert state.nodes["n2"].incidents[-1].suspicion and state.nodes["n2"].incidents[-1].user == "alice"
+    claim = next(r for r in verdict.reasons if "implicated again" in r)
+    assert claim.startswith("n2: implicated again within 1h only by jobs of user alice")
+    assert "42-1 (rank-killed, job 42 of alice) and now 42-2 (rank-killed, job 42 of alice)" in claim
+    assert "a job's output is a claim" in claim and claim.endswith("waits for an operator")
+    # Before job output was a claim (histories recorded then), the repeat drained the node.
+    legacy = decide_isolation(state, suspicion("n2", number=2, seconds=600), POLICY, cluster(4), T0, claims=False)
+    assert legacy.drain == ("n2",) and legacy.suspected == ()
 
 
-def test_another_jobs_suspicion_within_the_window_escalates_even_at_low_confidence() -> None:
+def test_another_job_of_the_same_user_does_not_drain_the_node_either() -> None:
     state, _ = handle(ACT, suspicion("n3", job=7), cluster(8))
+    state, verdict = handle(state, suspicion("n3", job=42, seconds=1800), cluster(8))
+    assert verdict.drain == () and verdict.hold == ("n3",) and verdict.exclude == ("n3",)
+    assert any("only by jobs of user alice" in r for r in verdict.reasons)
+
+
+def test_jobs_of_unknown_owners_never_make_another_user() -> None:
+    state, _ = handle(ACT, suspicion("n3", job=7, user=""), cluster(8))
+    state, verdict = handle(state, suspicion("n3", job=42, seconds=60), cluster(8))
+    assert verdict.drain == () and verdict.hold == ("n3",)
+    state, _ = handle(ACT, suspicion("n3", job=7, user="bob"), cluster(8))
+    state, verdict = handle(state, suspicion("n3", job=42, seconds=60, user=""), cluster(8))
+    assert verdict.drain == () and verdict.hold == ("n3",)
+    assert any("only by jobs of user bob" in r for r in verdict.reasons)
+
+
+def test_a_job_of_another_user_within_the_window_drains_even_at_low_confidence() -> None:
+    state, _ = handle(ACT, suspicion("n3", job=7, user="bob"), cluster(8))
     state, verdict = handle(state, suspicion("n3", job=42, seconds=1800, confidence=0.4), cluster(8))
-    assert verdict.drain == ("n3",)
+    assert verdict.drain == ("n3",) and verdict.hold == ()
     repeat = next(r for r in verdict.reasons if "implicated again" in r)
-    assert "7-1 (rank-killed, job 7)" in repeat and "now 42-1" in repeat
+    assert "7-1 (rank-killed, job 7 of bob) and now 42-1 (rank-killed, job 42 of alice)" in repeat
+    assert "implicated by jobs of users alice and bob" in repeat
+    assert "n3: drain (confidence 0.40): implicated by jobs of users alice and bob" in verdict.reasons
 
 
 def test_a_suspicion_older_than_the_window_does_not_escalate() -> None:
-    state, _ = handle(ACT, suspicion("n2", job=7), cluster(4))
+    state, _ = handle(ACT, suspicion("n2", job=7, user="bob"), cluster(4))
     state, verdict = handle(state, suspicion("n2", job=42, seconds=3601), cluster(4))
     assert verdict.drain == () and verdict.suspected == ("n2",)
 
@@ -125,15 +154,26 @@ def test_a_repeated_request_is_not_its_own_repeat() -> None:
 
 def test_an_escalated_drain_still_obeys_the_breaker() -> None:
     # Cap: 1 drain per window on 4 nodes; n1 drained earlier in the window.
-    state, _ = handle(ACT, suspicion("n2", number=1), cluster(4))
+    state, _ = handle(ACT, suspicion("n2", job=7, user="bob"), cluster(4))
     state = state.model_copy(update={"drains": (DrainEvent(at=T0, node="n1", partitions=("gpu",)),)})
-    state, verdict = handle(state, suspicion("n2", number=2, seconds=60), cluster(4))
+    state, verdict = handle(state, suspicion("n2", seconds=60), cluster(4))
     assert verdict.drain == () and verdict.hold == ("n2",)
+    assert any("breaker" in r for r in verdict.reasons)
 
 
 def test_a_drain_rung_request_is_decided_as_before() -> None:
     _, verdict = handle(ACT, suspicion("n2", rung=ActionRung.DRAIN, confidence=0.95), cluster(4))
     assert verdict.drain == ("n2",) and verdict.suspected == ()
+
+
+def test_node_evidence_drains_even_after_the_same_users_suspicion_and_names_it() -> None:
+    # The node agent's read is evidence the job cannot forge: whoever's job it was, the node is drained.
+    state, _ = handle(ACT, suspicion("n2", job=7), cluster(4))
+    req = suspicion("n2", job=42, seconds=60, rung=ActionRung.DRAIN, confidence=0.95)
+    req = req.model_copy(update={"evidence": "the node agent read a GPU fault"})
+    state, verdict = handle(state, req, cluster(4))
+    assert verdict.drain == ("n2",) and verdict.hold == ()
+    assert "n2: drain (confidence 0.95): node-level evidence: the node agent read a GPU fault" in verdict.reasons
 
 
 def test_an_exclusion_that_would_leave_the_job_unplaceable_is_not_made() -> None:
@@ -249,7 +289,7 @@ def test_implications_before_the_node_came_back_to_service_are_not_a_repeat() ->
     state, verdict = handle(state, suspicion("n2", job=42, seconds=600), cluster(4))
     assert verdict.drain == () and verdict.suspected == ("n2",)
     assert not any("implicated again" in r for r in verdict.reasons)
-    # After the return, a second implication within the window is a repeat again.
-    state, verdict = handle(state, suspicion("n2", job=43, seconds=900), cluster(4))
+    # After the return, a second implication within the window (another user's job) is a repeat again.
+    state, verdict = handle(state, suspicion("n2", job=43, seconds=900, user="bob"), cluster(4))
     assert verdict.drain == ("n2",)
-    assert "42-1 (rank-killed, job 42)" in next(r for r in verdict.reasons if "implicated again" in r)
+    assert "42-1 (rank-killed, job 42 of alice)" in next(r for r in verdict.reasons if "implicated again" in r)

@@ -75,5 +75,6 @@ def late_fault_escalation(
         rung=ActionRung.DRAIN,
         evidence=fault.finding,
         restart=False,
+        user=suspicion.user,
     )
     return request, reason

@@ -72,6 +72,7 @@ def note_incident(state: FleetState, req: IsolationRequest, now: datetime, polic
             request_id=req.request_id,
             suspicion=req.rung is ActionRung.EXCLUDE,
             evidence=req.evidence,
+            user=req.user,
         )
         recent = tuple(i for i in record.incidents if within(i.at, now, policy.lemon_window_s))
         update: dict[str, object] = {"incidents": (*recent, incident)[-MAX_INCIDENTS_PER_NODE:]}

@@ -1,12 +1,21 @@
 """Suspicions: nodes excluded from one job's placement on the job's word alone, and when that stops being enough.
 
 A request on the ``exclude`` rung (``workflows.policy.action_ladder``) asks the Fleet to record a suspicion of its
-nodes, not to drain them. A node implicated before, within ``suspicion_window_s`` (by this job's earlier incident
-or by another job), is implicated again: that repeat is the node-level evidence a drain needs, and the node goes on
-to the drain rules naming both incidents. Implications from before the node last came back to service (a drain
-Rebound made, then its health check or an operator returned it: ``NodeRecord.returned_at``) were dealt with and
-do not count. The rest stay suspicions: excluded from the job's next placement, unless
-that would leave its partition too few nodes to place it (then less is done, and the reason says so). Pure.
+nodes, not to drain them. A job's output is a claim: a hostile user controls what their jobs print and can submit
+many of them, so the same user's jobs implicating a node again prove nothing the first one did not. A node
+implicated before, within ``suspicion_window_s``, is implicated again; what that repeat is worth depends on who
+implicated it (``implicating_users``, the jobs' owners from the scheduler's records):
+
+- jobs of at least two different known users: evidence no one user can forge; the node goes on to the drain
+  rules, naming the incidents and the users (``repeat_reason``);
+- only jobs of one user (or of unknown owners: an unknown owner is never "a different user"): the node stays a
+  suspicion, excluded from the job's placement, and its drain waits for an operator's approval
+  (``claim_reason``), rejected by default when nobody answers.
+
+Implications from before the node last came back to service (a drain Rebound made, then its health check or an
+operator returned it: ``NodeRecord.returned_at``) were dealt with and do not count. Suspicions are excluded from
+the job's next placement, unless that would leave its partition too few nodes to place it (then less is done,
+and the reason says so). Pure.
 """
 
 from __future__ import annotations
@@ -24,9 +33,12 @@ from workflows.policy.fleet.view import in_partition, is_placeable
 __all__ = [
     "MAX_JOB_EXCLUSIONS",
     "active_suspicions",
+    "claim_reason",
     "earlier_implications",
     "fit_exclusion",
+    "implicating_users",
     "repeat_reason",
+    "users_text",
     "standing_exclusion",
 ]
 
@@ -55,12 +67,53 @@ def earlier_implications(state: FleetState, req: IsolationRequest, window_s: flo
     return out
 
 
-def repeat_reason(node: str, earlier: Sequence[NodeIncident], req: IsolationRequest, window_s: float) -> str:
-    """``n2: implicated again within 1d: 42-1 (rank-killed, job 42) and now 42-2 (rank-crash): drain requested``."""
-    before = ", ".join(f"{i.incident} ({i.cause}, job {i.job_id})" for i in earlier[-3:])
+def implicating_users(earlier: Sequence[NodeIncident], req: IsolationRequest) -> list[str]:
+    """The distinct known owners of the jobs that implicated the node (``earlier`` and now ``req``), sorted.
+    Unknown owners (empty) are left out: they never make "another user"."""
+    return sorted({u for u in (req.user, *(i.user for i in earlier)) if u})
+
+
+def users_text(users: Sequence[str]) -> str:
+    """``alice``, ``alice and bob``, ``alice, bob and carol``."""
+    if len(users) <= 1:
+        return "".join(users)
+    return f"{', '.join(users[:-1])} and {users[-1]}"
+
+
+def _incidents_text(earlier: Sequence[NodeIncident], req: IsolationRequest) -> str:
+    def who(job: int, user: str) -> str:
+        return f"job {job} of {user}" if user else f"job {job}"
+
+    before = ", ".join(f"{i.incident} ({i.cause}, {who(i.job_id, i.user)})" for i in earlier[-3:])
+    return f"{before} and now {req.incident} ({req.cause}, {who(req.job_id, req.user)})"
+
+
+def repeat_reason(
+    node: str, earlier: Sequence[NodeIncident], req: IsolationRequest, window_s: float, users: Sequence[str] = ()
+) -> str:
+    """``n2: implicated again within 1d: 42-1 (rank-killed, job 42 of alice) and now 7-1 (rank-crash, job 7 of
+    bob): implicated by jobs of users alice and bob: drain requested``; without ``users``, the rule before job
+    output was a claim (a repeat by anyone drained; histories recorded then)."""
+    what = _incidents_text(earlier, req)
+    if users:
+        return (
+            f"{node}: implicated again within {span(window_s)}: {what}: implicated by jobs of users "
+            f"{users_text(users)}, evidence no one user's output can forge: drain requested"
+        )
     return (
-        f"{node}: implicated again within {span(window_s)}: {before} and now {req.incident} ({req.cause}, "
-        f"job {req.job_id}): the repeat is node-level evidence: drain requested"
+        f"{node}: implicated again within {span(window_s)}: {what}: the repeat is node-level evidence: drain requested"
+    )
+
+
+def claim_reason(
+    node: str, earlier: Sequence[NodeIncident], req: IsolationRequest, window_s: float, users: Sequence[str]
+) -> str:
+    """``n2: implicated again within 1d only by jobs of user alice (...): a job's output is a claim: ...``."""
+    who = f"only by jobs of user {users[0]}" if users else "only by jobs whose owner is unknown"
+    return (
+        f"{node}: implicated again within {span(window_s)} {who} ({_incidents_text(earlier, req)}): a job's output "
+        f"is a claim: excluded for job {req.job_id}, suspicion recorded; a drain for everyone needs node-level "
+        "evidence, a job of another user implicating it, or an operator's approval: waits for an operator"
     )
 
 
