@@ -1,5 +1,6 @@
 """Suspicions end to end on the dev server with the FakeScheduler: a rank crash excludes its node
-for the job and drains nothing; the same node implicated again by another job is drained, both incidents named;
+for the job and drains nothing; the same node implicated again by a job of another user is drained, both incidents
+and users named; again by another job of the same user (a job's output is a claim), the drain waits for an operator;
 the job's exclusion stands across its restarts; an exclusion that would leave the job unplaceable is not made;
 a late node-level GPU fault on a suspected node drains it, naming the suspicion and the fault."""
 
@@ -19,7 +20,7 @@ from tests.workflows.test_job_recovery import Handle, Harness, until
 from workers.gpu_push import node_level_fault
 from workers.jobs_cli import render_timeline
 from workflows.constants import NODE_GPU_FAULT_SIGNAL, fleet_workflow_id
-from workflows.domain.fleet import IsolationDecision
+from workflows.domain.fleet import ApprovalKind, ApprovalOutcome, IsolationDecision
 from workflows.domain.gpu import GpuAction, GpuEvent, GpuEventKind
 from workflows.domain.incident import ActionKind, ActionRung
 from workflows.domain.recovery import JobRecoveryStatus, RecoveryState
@@ -64,8 +65,15 @@ async def resumed(h: Harness, handle: Handle, job_id: int, count: int) -> JobRec
     )
 
 
-async def test_the_same_node_implicated_by_another_job_is_drained_naming_both(h: Harness) -> None:
+def owned_by(h: Harness, job_id: int, user: str) -> None:
+    """The scheduler's record of the job names ``user`` as its owner (the fake submits every job as root)."""
+    h.sched.jobs[job_id] = h.sched.jobs[job_id].model_copy(update={"user": user})
+
+
+async def implicate_twice(h: Harness, user_a: str, user_b: str) -> tuple[JobRecoveryStatus, JobRecoveryStatus]:
+    """Job a of ``user_a`` crashes on the second node (a suspicion), then job b of ``user_b`` on the same node."""
     a = h.sched.submit(h.nodes[:2], name="a")
+    owned_by(h, a.job_id, user_a)
     handle_a = await h.start(a.job_id)
     await until(handle_a, lambda s: s.state is RecoveryState.WATCHING)
     crash(h, a.job_id, 1, h.nodes[1])
@@ -77,18 +85,45 @@ async def test_the_same_node_implicated_by_another_job_is_drained_naming_both(h:
     assert f"  action      exclude: exclude {h.nodes[1]} from this job's next placement" in render_timeline(st_a)
 
     b = h.sched.submit([h.nodes[1], h.nodes[3]], name="b")
+    owned_by(h, b.job_id, user_b)
     handle_b = await h.start(b.job_id)
     await until(handle_b, lambda s: s.state is RecoveryState.WATCHING)
     crash(h, b.job_id, 0, h.nodes[1])
     st_b = await until(handle_b, lambda s: s.state is RecoveryState.VERIFYING)
     inc = st_b.incidents[0]
     assert inc.attribution is not None and inc.attribution.action is ActionRung.EXCLUDE
+    await handle_a.terminate()
+    await handle_b.terminate()
+    return st_a, st_b
+
+
+async def test_the_same_node_implicated_by_a_job_of_another_user_is_drained_naming_both(h: Harness) -> None:
+    st_a, st_b = await implicate_twice(h, "alice", "bob")
+    a, b = st_a.job_id, st_b.job_id
     assert drains(st_b, 1) == [h.nodes[1]] and h.sched.nodes[h.nodes[1]].is_drained
     notes = fleet_notes(st_b, 1)
     assert f"{h.nodes[1]}: implicated again" in notes
-    assert f"{a.job_id}-1 (rank-crash, job {a.job_id})" in notes and f"now {b.job_id}-1" in notes
-    await handle_a.terminate()
-    await handle_b.terminate()
+    assert f"{a}-1 (rank-crash, job {a} of alice)" in notes and f"now {b}-1 (rank-crash, job {b} of bob)" in notes
+    assert f"{h.nodes[1]}: drain (confidence" in notes and "implicated by jobs of users alice and bob" in notes
+
+
+async def test_the_same_node_implicated_by_another_job_of_the_same_user_waits_for_an_operator(h: Harness) -> None:
+    st_a, st_b = await implicate_twice(h, "alice", "alice")
+    assert drains(st_b, 1) == [] and not h.sched.nodes[h.nodes[1]].is_drained
+    assert restarts(h, st_b.job_id) == [(h.nodes[1],)]  # excluded for this job
+    notes = fleet_notes(st_b, 1)
+    assert f"{h.nodes[1]}: implicated again within 1d only by jobs of user alice" in notes
+    assert "a job's output is a claim" in notes
+    fleet = h.client.get_workflow_handle(fleet_workflow_id(h.cluster))
+    st = await fleet.query(FleetWorkflow.status)
+    asked = [a for a in st.state.approvals if a.request.job_id == st_b.job_id]
+    assert [(a.kind, a.nodes, a.outcome) for a in asked] == [
+        (ApprovalKind.DRAIN, (h.nodes[1],), ApprovalOutcome.PENDING)
+    ]
+    assert any("only by jobs of user alice" in r for r in asked[0].reasons)
+    assert st.policy.approval_default is ApprovalOutcome.REJECTED  # nobody answers: no drain
+    suspicions = [i for i in st.state.nodes[h.nodes[1]].incidents if i.suspicion]
+    assert [(i.job_id, i.user) for i in suspicions] == [(st_a.job_id, "alice"), (st_b.job_id, "alice")]
 
 
 async def test_the_jobs_exclusion_stands_across_its_restarts(h: Harness) -> None:

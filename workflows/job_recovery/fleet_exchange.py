@@ -48,12 +48,15 @@ def isolation_request(
     restart_number: int,
     now: datetime,
     placement: Placement | None = None,
+    user: str = "",
 ) -> IsolationRequest:
     """The request for one incident: drain the implicated nodes (or, on the ladder's ``exclude`` rung, only keep
     them out of the job's next placement and record a suspicion), restart the job (its ``restart_number``-th).
 
     ``placement``: what the job needs and already avoids; None builds the request as it was before the ladder
-    (every request a drain request: what replayed histories sent).
+    (every request a drain request: what replayed histories sent). ``user``: the job's owner from the scheduler's
+    record of the job (``SlurmJob.user``, which Slurm authenticated, never from the job's output): the Fleet drains
+    a node implicated again only when jobs of different users implicate it; empty: unknown.
     """
     ladder: dict[str, Any] = {}
     if placement is not None:
@@ -78,6 +81,7 @@ def isolation_request(
         nodes=attribution.implicated_nodes,
         restart_number=restart_number,
         requested_at=now,
+        user=user,
         **ladder,
     )
 

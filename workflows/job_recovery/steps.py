@@ -190,6 +190,7 @@ async def isolate(rec: Recorder, number: int, job: SlurmJob, attribution: Attrib
         restart_number=rec.status.restarts_used + 1,
         now=workflow.now(),
         placement=placement,
+        user=job.user,  # the scheduler's owner of the job: one user's jobs alone never drain a node for everyone
     )
     if state.decision_for(rec.state, req.request_id) is None:
         await fleet_exchange.send_request(req)
