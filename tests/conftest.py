@@ -30,3 +30,7 @@ def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
 def task_queue() -> str:
     """A fresh task queue per test, so tests never steal each other's tasks."""
     return f"tq-{uuid.uuid4().hex}"
+
+
+# A real munged (operators' MUNGE credentials), shared by the tests that sign or verify an action.
+from tests.munge_support import munge_lab  # noqa: E402, F401

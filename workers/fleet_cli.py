@@ -1,47 +1,38 @@
 """``rebound approve|reject|mode|breaker|nodes``: operators steer the cluster's Fleet through workflow updates.
 
-Every command names the operator (``--as NAME``, default ``$REBOUND_OPERATOR`` or ``$USER``); the Fleet's update
-validators check it against ``fleet.operators`` and refuse anyone else (exit code 5, nothing changed).
+Every action is signed with MUNGE as the Unix user running the command (``workers.operator_auth``); the Fleet
+verifies the credential once and refuses anyone not in ``fleet.operators`` (exit code 5, nothing changed).
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
-import os
 import sys
-from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.temporal import rebound_workflows
 from workers.console import EXIT_REFUSED, print_json
+from workers.operator_auth import AS_HELP, note_claim, refusal_text, signed_request
 from workers.settings import Settings
 from workflows.domain.errors import FailureKind, ReboundError
-from workflows.domain.fleet import (
-    ApprovalAnswer,
-    ApprovalOutcome,
-    BreakerStatus,
-    FleetMode,
-    FleetStatus,
-    ModeChange,
-)
+from workflows.domain.fleet import ApprovalOutcome, BreakerStatus, FleetMode, FleetStatus
+from workflows.domain.operators import OperatorActionKind
 from workflows.policy.fleet import active_suspicions
 
 __all__ = ["add_fleet_parsers", "fleet_status", "reset_breaker", "run_fleet_command"]
 
 _COMMANDS = ("approve", "reject", "mode", "breaker", "nodes")
-_T = TypeVar("_T")
 
 
 def add_fleet_parsers(sub: Any) -> None:
     """Add the operator commands to the ``rebound`` subcommands."""
 
     def operator(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--as", dest="operator", default=None, help="operator name (default $REBOUND_OPERATOR, $USER)")
+        p.add_argument("--as", dest="operator", default=None, help=AS_HELP)
 
     for verb, what in (("approve", "approve a pending action"), ("reject", "reject a pending action")):
         p = sub.add_parser(verb, help=f"{what} (ids: `rebound nodes`, or ReboundPendingApproval in the UI)")
@@ -63,10 +54,6 @@ def is_fleet_command(command: str) -> bool:
     return command in _COMMANDS
 
 
-def _operator(args: argparse.Namespace) -> str:
-    return str(getattr(args, "operator", None) or os.environ.get("REBOUND_OPERATOR") or getpass.getuser())
-
-
 async def run_fleet_command(settings: Settings, args: argparse.Namespace) -> int:
     """Dispatch one operator command; returns the exit code."""
     from workers.client import connect
@@ -74,25 +61,21 @@ async def run_fleet_command(settings: Settings, args: argparse.Namespace) -> int
     client = await connect(settings.temporal)
     try:
         if args.command in ("approve", "reject"):
-            answer = ApprovalAnswer(
-                approval_id=args.approval_id,
-                operator=_operator(args),
-                approve=args.command == "approve",
-                note=args.note,
-            )
-            approval = await _refused_or(
-                rebound_workflows.answer_approval(client, settings.cluster_name, answer), settings
-            )
+            kind = OperatorActionKind.APPROVE if args.command == "approve" else OperatorActionKind.REJECT
+            st = await _signed(client, settings, args, kind, approval_id=args.approval_id, note=args.note)
+            approval = next(a for a in st.state.approvals if a.id == args.approval_id)
             print(f"{approval.id}: {approval.outcome.value} by {approval.decided_by} ({approval.kind.value} "
                   f"{', '.join(approval.nodes) or 'job ' + str(approval.request.job_id)})")  # fmt: skip
             return 0
         if args.command == "mode" and args.mode:
-            change = ModeChange(mode=FleetMode(args.mode), canary_partition=args.partition, operator=_operator(args))
-            st = await _refused_or(rebound_workflows.set_mode(client, settings.cluster_name, change), settings)
+            mode = FleetMode(args.mode)
+            st = await _signed(
+                client, settings, args, OperatorActionKind.MODE, mode=mode, canary_partition=args.partition
+            )
             print(_mode_line(st))
             return 0
         if args.command == "breaker" and args.action == "reset":
-            br = await reset_breaker(client, settings, _operator(args))
+            br = await reset_breaker(client, settings, claimed=args.operator)
             print(f"breaker reset: {br.drained_in_window}/{br.cap} drains count now")
             return 0
         st = await fleet_status(client, settings)
@@ -106,12 +89,15 @@ async def run_fleet_command(settings: Settings, args: argparse.Namespace) -> int
             print(format_nodes(st))
         return 0
     except _Refused as e:
-        print(f"rebound: refused: {e}", file=sys.stderr)
+        print(f"rebound: refused: {e.message}", file=sys.stderr)
         return EXIT_REFUSED
 
 
-class _Refused(Exception):
-    pass
+class _Refused(ReboundError):
+    """The Fleet refused the action (its validator, or the verification): nothing changed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(FailureKind.NOT_OWNED, message)
 
 
 async def fleet_status(client: Client, settings: Settings) -> FleetStatus:
@@ -122,17 +108,27 @@ async def fleet_status(client: Client, settings: Settings) -> FleetStatus:
         raise _not_running(settings, e) from e
 
 
-async def reset_breaker(client: Client, settings: Settings, operator: str) -> BreakerStatus:
-    """Reset the Fleet's drain breaker as ``operator`` (tests and the benchmark use it between runs)."""
-    return await _refused_or(rebound_workflows.reset_breaker(client, settings.cluster_name, operator), settings)
+async def reset_breaker(client: Client, settings: Settings, *, claimed: str | None = None) -> BreakerStatus:
+    """Reset the Fleet's drain breaker as the Unix user running this (tests and the benchmark use it between runs)."""
+    st = await _signed(client, settings, None, OperatorActionKind.BREAKER_RESET, claimed=claimed)
+    return st.breaker
 
 
-async def _refused_or(update: Awaitable[_T], settings: Settings) -> _T:
-    """The Fleet update's answer; its validator's refusal as ``_Refused``, an absent Fleet as ``ReboundError``."""
+async def _signed(
+    client: Client,
+    settings: Settings,
+    args: argparse.Namespace | None,
+    kind: OperatorActionKind,
+    claimed: str | None = None,
+    **fields: Any,
+) -> FleetStatus:
+    """Sign the action with MUNGE and send it; the Fleet's refusal as ``_Refused``, an absent Fleet as an error."""
+    req = await signed_request(settings, kind, **fields)
+    note_claim(claimed if args is None else args.operator, req.credential.claimed_user)
     try:
-        return await update
+        return await rebound_workflows.fleet_operator_request(client, settings.cluster_name, req)
     except WorkflowUpdateFailedError as e:
-        raise _Refused(str(e.cause.message if hasattr(e.cause, "message") else e.cause)) from e
+        raise _Refused(refusal_text(e)) from e
     except RPCError as e:
         raise _not_running(settings, e) from e
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import getpass
-import os
 import re
 import sys
 from datetime import UTC, datetime, timedelta
@@ -19,13 +17,15 @@ from typing import Any
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.temporal.rebound_workflows import pause_job, query_job_status, resume_job
+from activities.temporal.rebound_workflows import job_operator_request, query_job_status
 from workers.console import EXIT_REFUSED, print_json
+from workers.operator_auth import AS_HELP, note_claim, refusal_text, signed_request
 from workers.settings import Settings
 from workflows.constants import JOB_RECOVERY_WORKFLOW
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.incident import Incident
-from workflows.domain.recovery import JobRecoveryStatus, PauseRequest
+from workflows.domain.operators import OperatorActionKind
+from workflows.domain.recovery import JobRecoveryStatus
 
 __all__ = ["add_incident_parsers", "is_incident_command", "run_incident_command"]
 
@@ -46,7 +46,7 @@ def add_incident_parsers(sub: Any) -> None:
         p = sub.add_parser(verb, help=what)
         p.add_argument("job_id", type=int)
         p.add_argument("--note", default="", help="why (kept in the job's timeline)")
-        p.add_argument("--as", dest="operator", default=None, help="operator name (default $REBOUND_OPERATOR, $USER)")
+        p.add_argument("--as", dest="operator", default=None, help=AS_HELP)
 
 
 def is_incident_command(command: str) -> bool:
@@ -66,26 +66,32 @@ async def run_incident_command(settings: Settings, args: argparse.Namespace) -> 
 
     client = await connect(settings.temporal)
     if args.command in ("pause", "resume"):
-        operator = args.operator or os.environ.get("REBOUND_OPERATOR") or getpass.getuser()
-        send = pause_job if args.command == "pause" else resume_job
-        try:
-            st = await send(client, settings.cluster_name, args.job_id, PauseRequest(operator=operator, note=args.note))
-        except WorkflowUpdateFailedError as e:
-            print(f"rebound: refused: {e.cause}", file=sys.stderr)
-            return EXIT_REFUSED
-        except RPCError as e:
-            if e.status is RPCStatusCode.NOT_FOUND:
-                raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {args.job_id} is not monitored by Rebound") from e
-            raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, str(e.message)) from e
-        state = f"paused by {st.paused_by}" if st.paused_by else "monitored"
-        print(f"job {args.job_id}: {state} ({st.state.value})")
-        return 0
+        return await _pause_or_resume(client, settings, args)
     since = datetime.now(UTC) - parse_since(args.since)
     rows = await collect_incidents(client, settings, cause=args.cause, node=args.node, since=since)
     if args.json:
         print_json([{"job_id": job, **inc.model_dump(mode="json")} for job, inc in rows])
     else:
         print(format_incidents(rows))
+    return 0
+
+
+async def _pause_or_resume(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    """An operator's pause or resume, signed with MUNGE: the Unix user running this is who acts."""
+    kind = OperatorActionKind.PAUSE if args.command == "pause" else OperatorActionKind.RESUME
+    req = await signed_request(settings, kind, job_id=args.job_id, note=args.note)
+    note_claim(args.operator, req.credential.claimed_user)
+    try:
+        st = await job_operator_request(client, settings.cluster_name, args.job_id, req)
+    except WorkflowUpdateFailedError as e:
+        print(f"rebound: refused: {refusal_text(e)}", file=sys.stderr)
+        return EXIT_REFUSED
+    except RPCError as e:
+        if e.status is RPCStatusCode.NOT_FOUND:
+            raise ReboundError(FailureKind.JOB_NOT_FOUND, f"job {args.job_id} is not monitored by Rebound") from e
+        raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, str(e.message)) from e
+    state = f"paused by {st.paused_by}" if st.paused_by else "monitored"
+    print(f"job {args.job_id}: {state} ({st.state.value})")
     return 0
 
 

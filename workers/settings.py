@@ -24,6 +24,7 @@ from pydantic_settings import (
 
 from workers.settings_sections import (
     AuditSettings,
+    AuthSettings,
     CheckpointSettings,
     NotifySettings,
     Section,
@@ -42,6 +43,7 @@ from workflows.domain.watch_routing import DEFAULT_SHARDS, MAX_SHARDS, WatchRout
 __all__ = [
     "CONFIG_FILE_ENV",
     "AuditSettings",
+    "AuthSettings",
     "CheckpointSettings",
     "GpuSettings",
     "NodeAgentSettings",
@@ -398,6 +400,9 @@ class Settings(BaseSettings):
     checkpoints: CheckpointSettings = Field(
         default_factory=CheckpointSettings,
         description="Jobs' checkpoints before a restart (quarantine of partial ones).",
+    )
+    auth: AuthSettings = Field(
+        default_factory=AuthSettings, description="Operators' authentication (MUNGE credentials on every action)."
     )
     log_level: str = Field("INFO", description="Python logging level.")
 

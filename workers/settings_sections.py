@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.notify import DEFAULT_KINDS, NotificationKind
 
-__all__ = ["AuditSettings", "CheckpointSettings", "NotifySettings", "Section", "TelemetrySettings"]
+__all__ = ["AuditSettings", "AuthSettings", "CheckpointSettings", "NotifySettings", "Section", "TelemetrySettings"]
 
 
 class Section(BaseModel):
@@ -125,3 +125,14 @@ class AuditSettings(Section):
     @property
     def effective_period_s(self) -> float:
         return self.period_s if self.period_s is not None else self.interval_s
+
+class AuthSettings(Section):
+    """How operators prove who they are: MUNGE, the cluster's own authentication (``docs/security.md``)."""
+
+    munge_socket: Path = Field(
+        Path("/run/munge/munge.socket.2"),
+        description="munged's socket, on the CLI's host (to sign an action) and on the worker's (to verify it).",
+    )
+    munge_bin: str = Field("munge", description="The `munge` program (a name on PATH, or a path).")
+    unmunge_bin: str = Field("unmunge", description="The `unmunge` program (a name on PATH, or a path).")
+    timeout_s: float = Field(10.0, gt=0, le=60, description="Limit for one munge/unmunge run.")

@@ -10,7 +10,7 @@ from activities.slurm.parse_offload import ParseOffload
 from activities.slurm.port import CompositeScheduler, SchedulerPort, SchedulerReads
 from activities.slurm.rest_auth import TokenSource
 from activities.slurm.snapshots import SnapshotCache
-from workers.settings import GpuSettings, SchedulerBackend, SlurmSettings, WatchSettings
+from workers.settings import GpuSettings, SchedulerBackend, Settings, SlurmSettings, WatchSettings, load_settings
 
 
 def build_scheduler(settings: SlurmSettings) -> SchedulerPort:
@@ -93,3 +93,21 @@ def build_gpu_activities(settings: GpuSettings) -> list[Callable[..., Any]]:
         settings.dcgm_url_template, timeout_s=settings.dcgm_timeout_s, max_bytes=settings.dcgm_max_page_bytes
     )
     return [acts.scrape_node]
+
+
+def build_operator_verifier(settings: Settings) -> Callable[..., Any]:
+    """The ``verify_operator_credential`` activity: ``unmunge`` through this host's munged, and the operator list
+    read afresh at every verification (``fleet.operators`` from the TOML file applies without a restart; from the
+    environment, at the worker's next start)."""
+    from activities.auth.munge import MungeVerifier
+
+    def operators() -> tuple[str, ...]:
+        return load_settings().fleet.operators
+
+    verifier = MungeVerifier(
+        unmunge_bin=settings.auth.unmunge_bin,
+        socket=settings.auth.munge_socket,
+        timeout_s=settings.auth.timeout_s,
+        operators=operators,
+    )
+    return verifier.verify

@@ -25,7 +25,7 @@ from workers.lifecycle import stop_on_signals
 from workers.settings import Settings
 from workers.telemetry import Telemetry, install_telemetry
 from workers.watch_hub import build_scheduler_feed, build_watch_shards, start_watch_shards, watch_workers
-from workers.wiring import build_gpu_activities, build_scheduler, build_snapshot_cache
+from workers.wiring import build_gpu_activities, build_operator_verifier, build_scheduler, build_snapshot_cache
 from workflows.audit import AuditWorkflow
 from workflows.cluster_watch import ClusterWatchWorkflow
 from workflows.fleet import FleetWorkflow
@@ -109,6 +109,7 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
             *build_gpu_activities(settings.gpu),
             *build_audit_activities(client, settings),
             *build_fleet_activities(client, scheduler, settings),
+            build_operator_verifier(settings),
         ],
         max_concurrent_activities=settings.temporal.max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.temporal.max_concurrent_workflow_tasks,

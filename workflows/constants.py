@@ -56,6 +56,7 @@ __all__ = [
     "RECOVERY_STATE",
     "REQUEST_ISOLATION_SIGNAL",
     "RESET_BREAKER_UPDATE",
+    "OPERATOR_REQUEST_UPDATE",
     "RESTART_COUNT",
     "RESUME_UPDATE",
     "SET_MODE_UPDATE",
@@ -121,6 +122,10 @@ ANSWER_APPROVAL_UPDATE = "answer_approval"
 SET_MODE_UPDATE = "set_mode"
 #: Fleet update: earlier drains no longer count toward the breaker's cap (operator -> ``BreakerStatus``).
 RESET_BREAKER_UPDATE = "reset_breaker"
+#: Fleet and JobRecovery update: an operator's action signed with MUNGE (``OperatorRequest``): approve, reject,
+#: mode and breaker reset on the Fleet (-> ``FleetStatus``), pause and resume on a JobRecovery (->
+#: ``JobRecoveryStatus``). The unsigned updates above are refused for new calls (kept for recorded histories).
+OPERATOR_REQUEST_UPDATE = "operator_request"
 
 # ----- task queues and workflow ids ----------------------------------------------------------------------------
 #: The central worker's task queue (workflows and cluster-level activities).

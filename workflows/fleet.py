@@ -27,12 +27,13 @@ with workflow.unsafe.imports_passed_through():
     from activities.gpu.activities import GpuActivities
     from activities.slurm.actions import SlurmActionActivities
     from activities.temporal.fleet import FleetActivities, ResumeNodeInput
-    from workflows import metrics
+    from workflows import metrics, operator_gate
     from workflows.constants import (
         ANSWER_APPROVAL_UPDATE,
         FLEET_WORKFLOW,
         ISOLATION_DECIDED_SIGNAL,
         NODE_GPU_FAULT_SIGNAL,
+        OPERATOR_REQUEST_UPDATE,
         PENDING_APPROVAL,
         REQUEST_ISOLATION_SIGNAL,
         RESET_BREAKER_UPDATE,
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         drain_reason,
         node_task_queue,
     )
+    from workflows.domain.auth_state import AuthState
     from workflows.domain.fleet import (
         Approval,
         ApprovalAnswer,
@@ -61,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.domain.gpu import NodeHealthCheckInput, NodeHealthCheckResult
     from workflows.domain.incident import ActionRung
     from workflows.domain.loop import DrainInput
+    from workflows.domain.operators import OperatorActionKind, OperatorRequest
     from workflows.domain.slurm import ClusterSnapshot
     from workflows.history import continue_as_new_due
     from workflows.notify import notify
@@ -76,6 +79,12 @@ FLEET_LATE_GPU_FAULT_PATCH = "fleet-late-gpu-fault"
 FLEET_COMPACT_VIEW_PATCH = "12-fleet-compact-view"
 #: Continue as new once the history passes Rebound's own bound, not only when the server suggests it.
 FLEET_HISTORY_BOUND_PATCH = "12-fleet-history-bound"
+
+#: The unsigned updates (before operators were authenticated) refuse every new call; recorded histories replay.
+_UNSIGNED = (
+    "unsigned operator updates are refused: operators act through `rebound` (approve, reject, mode, breaker), "
+    "which signs each action with MUNGE (update operator_request)"
+)
 
 #: Wake up at least this often to expire approvals and run health checks.
 _MAX_SLEEP_S = 60.0
@@ -132,9 +141,7 @@ class FleetWorkflow:
 
     @answer_approval.validator
     def _validate_answer(self, answer: ApprovalAnswer) -> None:
-        error = policy.validate_answer(self._state, answer, self._policy)
-        if error:
-            raise ValueError(error)
+        raise ValueError(_UNSIGNED)
 
     @workflow.update(
         name=SET_MODE_UPDATE, description="Switch between observe, canary (one partition) and act (rebound mode)."
@@ -148,10 +155,7 @@ class FleetWorkflow:
 
     @set_mode.validator
     def _validate_mode(self, change: ModeChange) -> None:
-        if self._policy.operators and change.operator not in self._policy.operators:
-            raise ValueError(f"{change.operator or 'an anonymous caller'} is not an operator of this cluster")
-        if change.mode.value == "canary" and not (change.canary_partition or self._state.canary_partition):
-            raise ValueError("canary mode needs a partition (--partition)")
+        raise ValueError(_UNSIGNED)
 
     @workflow.update(
         name=RESET_BREAKER_UPDATE, description="Reset the drain breaker: earlier drains no longer count toward the cap."
@@ -163,8 +167,57 @@ class FleetWorkflow:
 
     @reset_breaker.validator
     def _validate_reset(self, operator: str) -> None:
-        if self._policy.operators and operator not in self._policy.operators:
-            raise ValueError(f"{operator or 'an anonymous caller'} is not an operator of this cluster")
+        raise ValueError(_UNSIGNED)
+
+    @workflow.update(
+        name=OPERATOR_REQUEST_UPDATE,
+        description="An operator's action signed with MUNGE (rebound approve|reject|mode|breaker reset): verified "
+        "once, then applied as the verified Unix user.",
+    )
+    async def operator_request(self, req: OperatorRequest) -> FleetStatus:
+        action = req.action
+        verified = await operator_gate.admit(
+            lambda: self._state.auth, self._set_auth, req, lambda: self._operator_refusal(req)
+        )
+        if action.kind in (OperatorActionKind.APPROVE, OperatorActionKind.REJECT):
+            answer = ApprovalAnswer(
+                approval_id=action.approval_id,
+                operator=verified.user,
+                approve=action.kind is OperatorActionKind.APPROVE,
+                note=action.note,
+            )
+            self._state = policy.answer_approval(self._state, answer, workflow.now())
+        elif action.kind is OperatorActionKind.MODE and action.mode is not None:
+            partition = action.canary_partition or self._state.canary_partition
+            self._state = self._state.model_copy(update={"mode": action.mode, "canary_partition": partition})
+        elif action.kind is OperatorActionKind.BREAKER_RESET:
+            self._state = self._state.model_copy(update={"breaker_reset_at": workflow.now()})
+        self._answered += 1
+        return self.status()
+
+    @operator_request.validator
+    def _validate_operator_request(self, req: OperatorRequest) -> None:
+        operator_gate.precheck(self._state.auth, req, self._operator_refusal(req))
+
+    def _set_auth(self, auth: AuthState) -> None:
+        self._state = self._state.model_copy(update={"auth": auth})
+
+    def _operator_refusal(self, req: OperatorRequest) -> str | None:
+        """What makes this action impossible whoever asks (an answered approval, a canary without partition)."""
+        action = req.action
+        if action.cluster != self._state.cluster:
+            return f"the action is for cluster {action.cluster!r}, this Fleet is {self._state.cluster!r}"
+        if action.kind in (OperatorActionKind.APPROVE, OperatorActionKind.REJECT):
+            return policy.approval_refusal(self._state, action.approval_id)
+        if action.kind is OperatorActionKind.MODE:
+            if action.mode is None:
+                return "a mode change names no mode"
+            if action.mode.value == "canary" and not (action.canary_partition or self._state.canary_partition):
+                return "canary mode needs a partition (--partition)"
+            return None
+        if action.kind is OperatorActionKind.BREAKER_RESET:
+            return None
+        return f"{action.kind.value} is a job's action (rebound {action.kind.value} JOB), not the Fleet's"
 
     # ----- the loop ----------------------------------------------------------------------------------------------
     @workflow.run

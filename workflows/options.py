@@ -191,3 +191,12 @@ WATCH_UNSUBSCRIBE: dict[str, Any] = {
     "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3),
     "cancellation_type": ActivityCancellationType.ABANDON,
 }
+
+#: Verifying an operator's MUNGE credential (``workflows.operator_gate``): exactly once. A second ``unmunge`` of
+#: the same credential on the same host says "Replayed credential", so a retry could only ever refuse; a
+#: verification that did not complete refuses the action and the operator runs the command again.
+OPERATOR_VERIFY: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(seconds=15),
+    "schedule_to_close_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(maximum_attempts=1),
+}

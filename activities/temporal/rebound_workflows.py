@@ -24,7 +24,6 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.constants import (
-    ANSWER_APPROVAL_UPDATE,
     AUDIT_WORKFLOW,
     CLUSTER,
     CLUSTER_WATCH_WORKFLOW,
@@ -36,12 +35,9 @@ from workflows.constants import (
     JOB_RECOVERY_WORKFLOW,
     NODE_GPU_FAULT_SIGNAL,
     NODE_GPU_HEALTH_WORKFLOW,
-    PAUSE_UPDATE,
+    OPERATOR_REQUEST_UPDATE,
     REQUEST_ISOLATION_SIGNAL,
-    RESET_BREAKER_UPDATE,
-    RESUME_UPDATE,
     SCHEDULER_FEED_WORKFLOW,
-    SET_MODE_UPDATE,
     SHARD_FEED_WORKFLOW,
     STATUS_QUERY,
     WATCH_RETURNED_SIGNAL,
@@ -57,34 +53,28 @@ from workflows.constants import (
 from workflows.domain.audit import AuditInput, AuditResult
 from workflows.domain.discovery import ClusterWatchInput
 from workflows.domain.fleet import (
-    Approval,
-    ApprovalAnswer,
-    BreakerStatus,
     FleetInput,
     FleetStatus,
     IsolationRequest,
-    ModeChange,
     NodeGpuFault,
 )
 from workflows.domain.gpu import GpuEvent, NodeGpuHealthInput, NodeGpuHealthResult
-from workflows.domain.recovery import JobRecoveryInput, JobRecoveryStatus, PauseRequest
+from workflows.domain.operators import OperatorRequest
+from workflows.domain.recovery import JobRecoveryInput, JobRecoveryStatus
 from workflows.domain.scheduler_feed import FeedUpdate, SchedulerFeedInput, ShardFeedInput
 from workflows.domain.watch_hub import WatchEvent, WatchShardInput
 from workflows.policy.restart_strategy import in_lineage
 
 __all__ = [
-    "answer_approval",
     "audit_schedule_action",
+    "fleet_operator_request",
+    "job_operator_request",
     "lineage_workflow_id",
-    "pause_job",
     "query_fleet_status",
     "query_job_status",
     "read_node_gpu_health",
     "report_gpu_fault",
     "report_node_gpu_fault",
-    "reset_breaker",
-    "resume_job",
-    "set_mode",
     "signal_watch_event",
     "signal_fleet_request",
     "start_audit",
@@ -341,22 +331,6 @@ async def report_node_gpu_fault(client: Client, cluster: str, fault: NodeGpuFaul
     await client.get_workflow_handle(fleet_workflow_id(cluster)).signal(NODE_GPU_FAULT_SIGNAL, fault)
 
 
-async def _job_update(client: Client, cluster: str, job_id: int, update: str, req: PauseRequest) -> JobRecoveryStatus:
-    handle = client.get_workflow_handle(job_workflow_id(cluster, job_id))
-    status: JobRecoveryStatus = await handle.execute_update(update, req, result_type=JobRecoveryStatus)
-    return status
-
-
-async def pause_job(client: Client, cluster: str, job_id: int, req: PauseRequest) -> JobRecoveryStatus:
-    """Pause monitoring of job ``job_id``: no watch, no action until resumed."""
-    return await _job_update(client, cluster, job_id, PAUSE_UPDATE, req)
-
-
-async def resume_job(client: Client, cluster: str, job_id: int, req: PauseRequest) -> JobRecoveryStatus:
-    """Resume monitoring of job ``job_id`` after a pause."""
-    return await _job_update(client, cluster, job_id, RESUME_UPDATE, req)
-
-
 async def terminate_job_recovery(client: Client, cluster: str, job_id: int, reason: str) -> None:
     """End job ``job_id``'s JobRecovery now (the lab's benchmarks, once a run is measured)."""
     await client.get_workflow_handle(job_workflow_id(cluster, job_id)).terminate(reason=reason)
@@ -381,19 +355,14 @@ async def _fleet_update(client: Client, cluster: str, update: str, arg: Any, res
     return await handle.execute_update(update, arg, result_type=result_type)
 
 
-async def answer_approval(client: Client, cluster: str, answer: ApprovalAnswer) -> Approval:
-    """An operator approves or rejects a pending action; the Fleet's validator refuses a non-operator."""
-    approval: Approval = await _fleet_update(client, cluster, ANSWER_APPROVAL_UPDATE, answer, Approval)
-    return approval
-
-
-async def set_mode(client: Client, cluster: str, change: ModeChange) -> FleetStatus:
-    """Switch the Fleet between observe, canary and act."""
-    status: FleetStatus = await _fleet_update(client, cluster, SET_MODE_UPDATE, change, FleetStatus)
+async def fleet_operator_request(client: Client, cluster: str, req: OperatorRequest) -> FleetStatus:
+    """An operator's signed action on the Fleet (approve, reject, mode, breaker reset); refused unless verified."""
+    status: FleetStatus = await _fleet_update(client, cluster, OPERATOR_REQUEST_UPDATE, req, FleetStatus)
     return status
 
 
-async def reset_breaker(client: Client, cluster: str, operator: str) -> BreakerStatus:
-    """Reset the Fleet's drain breaker as ``operator``: earlier drains no longer count toward the cap."""
-    breaker: BreakerStatus = await _fleet_update(client, cluster, RESET_BREAKER_UPDATE, operator, BreakerStatus)
-    return breaker
+async def job_operator_request(client: Client, cluster: str, job_id: int, req: OperatorRequest) -> JobRecoveryStatus:
+    """An operator's signed pause or resume of job ``job_id``'s monitoring; refused unless verified."""
+    handle = client.get_workflow_handle(job_workflow_id(cluster, job_id))
+    status: JobRecoveryStatus = await handle.execute_update(OPERATOR_REQUEST_UPDATE, req, result_type=JobRecoveryStatus)
+    return status

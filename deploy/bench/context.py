@@ -180,7 +180,7 @@ class BenchContext:
         from workflows.domain.errors import ReboundError
 
         try:
-            await reset_breaker(self.client, self.settings, "lab")
+            await reset_breaker(self.client, self.settings)
         except (ReboundError, RPCError) as e:  # no Fleet yet (first run): nothing to reset
             say(f"breaker not reset: {e}")
 

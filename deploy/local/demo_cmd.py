@@ -33,6 +33,7 @@ def lab_settings(lab: Lab) -> Settings:
         state_dir=cfg.state_dir,
         temporal={"address": cfg.temporal_address, "namespace": cfg.temporal_namespace},
         slurm={"slurm_conf": cfg.layout.slurm_conf},
+        auth={"munge_socket": cfg.layout.munge_socket},
     )
 
 
@@ -162,13 +163,13 @@ async def _reset_fleet(lab: Lab) -> None:
     settings = lab_settings(lab)
     try:
         client = await connect(settings.temporal)
-        await reset_breaker(client, settings, "lab")
+        await reset_breaker(client, settings)
         st = await fleet_status(client, settings)
     except (ReboundError, RPCError):
         return  # no Fleet yet: the first request of this demo starts it
     pending = [a.id for a in st.state.approvals if a.outcome.value == "pending"]
     if pending:
-        print(f"earlier demos left approvals pending ({', '.join(pending)}): `rebound reject ID --as lab` clears them")
+        print(f"earlier demos left approvals pending ({', '.join(pending)}): `rebound reject ID` clears them")
 
 
 def _follow(

@@ -108,6 +108,9 @@ class Lab:
             "REBOUND_TEMPORAL__ADDRESS": self.cfg.temporal_address,
             "REBOUND_TEMPORAL__NAMESPACE": self.cfg.temporal_namespace,
             "REBOUND_SLURM__SLURM_CONF": str(lay.slurm_conf),
+            # Operators sign every action with the lab's munged (the cluster's own authentication).
+            "REBOUND_AUTH__MUNGE_SOCKET": str(lay.munge_socket),
+            "REBOUND_CONFIG": str(lay.rebound_config),
             "TEMPORAL_ADDRESS": self.cfg.temporal_address,
         }
         body = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in exports.items())

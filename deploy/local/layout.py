@@ -90,6 +90,11 @@ class LabLayout:
         return self.state_dir / "injections.jsonl"
 
     @property
+    def rebound_config(self) -> Path:
+        """The lab's Rebound TOML file (``REBOUND_CONFIG``): what is live configuration (the operator list)."""
+        return self.etc / "rebound.toml"
+
+    @property
     def env_file(self) -> Path:
         return self.state_dir / "lab.env"
 

@@ -31,6 +31,7 @@ class ReboundServices:
             REBOUND_TEMPORAL__ADDRESS=self.cfg.temporal_address,
             REBOUND_TEMPORAL__NAMESPACE=self.cfg.temporal_namespace,
             REBOUND_SLURM__SLURM_CONF=str(self.lay.slurm_conf),
+            REBOUND_AUTH__MUNGE_SOCKET=str(self.lay.munge_socket),
             SLURM_CONF=str(self.lay.slurm_conf),
             # The demo's steps take ~0.2 s: a hang window floor of a minute (the production default, for steps of
             # seconds) would make a hang wait a minute; 8 s still sits far above the lab's worst pauses (~2 s).
@@ -43,12 +44,23 @@ class ReboundServices:
             REBOUND_DETECTION__SILENT_SAMPLE_MIN_S=str(self.cfg.silent_sample_min_s),
             # Jobs' logs are read only inside the lab (where the demo writes them), and only their user's files.
             REBOUND_WATCH__LOG_ROOTS=json.dumps([str(self.lay.state_dir.resolve())]),
-            # The lab acts (production starts in observe mode); its operators are "lab" and whoever runs it. The
-            # breaker keeps its default (10 % of 4 nodes: one drain per hour); tests reset it between runs.
+            # The lab acts (production starts in observe mode); its operator is whoever runs it (the Unix user, as
+            # MUNGE proves it). The breaker keeps its default (10 % of 4 nodes: one drain per hour); tests reset it.
             REBOUND_FLEET__MODE="act",
-            REBOUND_FLEET__OPERATORS=json.dumps(sorted({"lab", getpass.getuser()})),
+            # The operator list is live configuration: it lives in the lab's TOML file (``write_rebound_config``),
+            # which the worker re-reads at every operator action; the environment would freeze it.
+            REBOUND_CONFIG=str(self.lay.rebound_config),
             REBOUND_FLEET__HEALTH_CHECK_AFTER_S="600",
         )
+
+    def write_rebound_config(self) -> None:
+        """The lab's TOML settings: its operator is whoever runs the lab (kept if the file exists: a test may
+        have changed it, and a change must apply without restarting anything)."""
+        path = self.lay.rebound_config
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"[fleet]\noperators = [{json.dumps(getpass.getuser())}]\n")
+            path.chmod(0o644)
 
     def agent_env(self, node: str) -> dict[str, str]:
         """A node agent reads its own node's fake NVML: the library first on the loader path, its state file."""
@@ -84,6 +96,7 @@ class ReboundServices:
 
     def start(self) -> None:
         rebound = [sys.executable, "-m", "workers.cli"]
+        self.write_rebound_config()
         if self.cfg.start_agents:
             self.prepare_gpus()
             for service, nodes in self.cfg.agent_groups():

@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.worker import Worker
 
 from activities.logs.attribution import AttributionActivities
@@ -23,10 +24,12 @@ from activities.slurm.snapshots import SnapshotCache
 from activities.temporal.fleet import FleetActivities
 from activities.webhooks.notify import NotifyActivities
 from tests.fakes.scheduler import FakeScheduler
-from workflows.constants import CAUSE, RECOVERY_STATE
+from tests.munge_support import MungeLab
+from workflows.constants import CAUSE, OPERATOR_REQUEST_UPDATE, RECOVERY_STATE
 from workflows.domain.fleet import FleetMode, FleetPolicy
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.incident import ActionKind, ActionRung
+from workflows.domain.operators import OperatorAction, OperatorActionKind, OperatorRequest
 from workflows.domain.recovery import (
     JobRecoveryInput,
     JobRecoveryResult,
@@ -46,7 +49,7 @@ Handle = WorkflowHandle[JobRecoveryWorkflow, JobRecoveryResult]
 class Harness:
     """One test's world: a fake cluster with unique node names, rank logs on disk, a worker."""
 
-    def __init__(self, client: Client, task_queue: str, tmp: Path) -> None:
+    def __init__(self, client: Client, task_queue: str, tmp: Path, munge: MungeLab | None = None) -> None:
         tag = uuid.uuid4().hex[:6]
         self.nodes = [f"t{tag}n{i}" for i in range(1, 5)]
         self.sched = FakeScheduler(self.nodes)
@@ -55,6 +58,9 @@ class Harness:
         # Each test has its own cluster, hence its own Fleet on this test's task queue. Acting, with a breaker
         # wide enough for these tests' drains (the breaker has its own tests).
         self.cluster = f"test{tag}"
+        # Operators' credentials are verified by a real munged (tests.munge_support); root is the operator.
+        self.operators = ["root"]
+        self.munge = munge
         self.fleet_policy = FleetPolicy(
             mode=FleetMode.ACT, breaker_max_fraction=1.0, breaker_max_nodes=100, health_check_after_s=3600
         )
@@ -95,6 +101,7 @@ class Harness:
                 fleet.view,
                 fleet.resume_node,
                 NotifyActivities(None).notify_webhook,  # no webhook configured: "disabled" at once
+                *([self.munge.verifier(self.operators).verify] if self.munge else []),
                 *self.extra_activities(),
             ],
             **options,
@@ -120,8 +127,8 @@ class Harness:
 
 
 @pytest_asyncio.fixture
-async def h(temporal_client: Client, task_queue: str, tmp_path: Path) -> AsyncIterator[Harness]:
-    harness = Harness(temporal_client, task_queue, tmp_path)
+async def h(temporal_client: Client, task_queue: str, tmp_path: Path, munge_lab: MungeLab) -> AsyncIterator[Harness]:
+    harness = Harness(temporal_client, task_queue, tmp_path, munge_lab)
     async with harness.worker():
         yield harness
 
@@ -276,12 +283,21 @@ async def test_a_job_that_may_not_be_requeued_gives_up_clearly(h: Harness) -> No
     assert "SCHEDULER_REJECTED" in result.reason and "--no-requeue" in result.reason
 
 
-async def test_a_paused_job_is_not_watched_until_resumed(h: Harness) -> None:
+async def test_a_paused_job_is_not_watched_until_resumed(h: Harness, munge_lab: MungeLab) -> None:
     job = h.sched.submit(h.nodes[:2], name="llm")
     handle = await h.start(job.job_id)
     await until(handle, lambda s: s.state is RecoveryState.WATCHING)
-    st = await handle.execute_update(JobRecoveryWorkflow.pause, PauseRequest(operator="op", note="maintenance"))
-    assert st.paused_by == "op"
+
+    def signed(kind: OperatorActionKind, note: str = "") -> OperatorRequest:
+        action = OperatorAction(kind=kind, cluster=h.cluster, job_id=job.job_id, note=note, nonce=uuid.uuid4().hex)
+        return munge_lab.request(action)
+
+    with pytest.raises(WorkflowUpdateFailedError):  # unsigned: refused, nothing changes
+        await handle.execute_update(JobRecoveryWorkflow.pause, PauseRequest(operator="op", note="maintenance"))
+    st = await handle.execute_update(
+        OPERATOR_REQUEST_UPDATE, result_type=JobRecoveryStatus, arg=signed(OperatorActionKind.PAUSE, "maint")
+    )
+    assert st.paused_by == "root"  # the verified Unix user, whatever the caller claims
 
     ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     h.log(job.job_id, 2, f"{ts} [ERROR] rank=2/4 node={h.nodes[1]} step=8 fatal error: exiting with code 13")
@@ -289,9 +305,31 @@ async def test_a_paused_job_is_not_watched_until_resumed(h: Harness) -> None:
     st = await handle.query(JobRecoveryWorkflow.status)
     assert not st.incidents and not h.sched.nodes[h.nodes[1]].is_drained  # paused: nothing seen, nothing done
 
-    await handle.execute_update(JobRecoveryWorkflow.resume, PauseRequest(operator="op"))
+    await handle.execute_update(
+        OPERATOR_REQUEST_UPDATE, result_type=JobRecoveryStatus, arg=signed(OperatorActionKind.RESUME)
+    )
     st = await until(handle, lambda s: bool(s.incidents) and s.state is not RecoveryState.WATCHING)
     assert st.paused_by == "" and [e.event for e in st.timeline].count("PAUSED") == 1
+
+
+async def test_a_non_operator_cannot_pause_a_job(h: Harness, munge_lab: MungeLab) -> None:
+    job = h.sched.submit(h.nodes[:2], name="llm")
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    action = OperatorAction(kind=OperatorActionKind.PAUSE, cluster=h.cluster, job_id=job.job_id, nonce="n" * 16)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(
+            OPERATOR_REQUEST_UPDATE, result_type=JobRecoveryStatus, arg=munge_lab.request(action, user="nobody")
+        )
+    assert "nobody is not an operator" in str(refused.value.cause)
+    other = action.model_copy(update={"job_id": job.job_id + 1, "nonce": "m" * 16})
+    with pytest.raises(WorkflowUpdateFailedError) as wrong_job:  # a credential for another job's pause
+        await handle.execute_update(
+            OPERATOR_REQUEST_UPDATE, result_type=JobRecoveryStatus, arg=munge_lab.request(other)
+        )
+    assert "not this one" in str(wrong_job.value.cause)
+    st = await handle.query(JobRecoveryWorkflow.status)
+    assert st.paused_by == "" and st.state is RecoveryState.WATCHING
 
 
 async def test_observe_mode_records_the_decision_and_touches_nothing(

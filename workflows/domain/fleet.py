@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
+from workflows.domain.auth_state import AuthState
 from workflows.domain.base import Frozen
 from workflows.domain.gpu import GpuAction, GpuEvent
 from workflows.domain.incident import ActionRung
@@ -288,6 +289,8 @@ class FleetState(Frozen):
     decisions: tuple[IsolationDecision, ...] = ()
     """The most recent decisions by request id (bounded): a repeated request is answered the same way."""
     next_approval: int = 1
+    auth: AuthState = AuthState()
+    """Operators' authentication: used credentials, refusals, the audit of operator actions."""
 
 
 class FleetInput(Frozen):

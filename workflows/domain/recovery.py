@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import Field, NonNegativeFloat, model_validator
 
+from workflows.domain.auth_state import AuthState
 from workflows.domain.base import Frozen
 from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.fleet import IsolationDecision
@@ -239,6 +240,8 @@ class JobRecoveryState(Frozen):
     rank_map: RankMap | None = None
     """Rank -> node of the current attempt, from the node agents' view of its processes (taken
     ``rank_map_after_s`` after it ran; bounded by ``MAX_RANK_SPANS``); None before, and after a restart."""
+    auth: AuthState = AuthState()
+    """Operators' authentication for pause/resume: used credentials, refusals, the audit of their actions."""
 
 
 class JobRecoveryResult(Frozen):

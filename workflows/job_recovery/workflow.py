@@ -30,11 +30,13 @@ with workflow.unsafe.imports_passed_through():
     import workflows.job_recovery.state as state
     import workflows.job_recovery.steps as steps
     import workflows.job_recovery.watching as watching
+    from workflows import operator_gate
     from workflows.constants import (
         GPU_FAULT_REPORTED_SIGNAL,
         ISOLATION_DECIDED_SIGNAL,
         JOB_ID,
         JOB_RECOVERY_WORKFLOW,
+        OPERATOR_REQUEST_UPDATE,
         PAUSE_UPDATE,
         RESUME_UPDATE,
         STATUS_QUERY,
@@ -45,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.domain.gpu import GpuEvent
     from workflows.domain.incident import Anomaly, AnomalyKind, Attribution, LogFinding
     from workflows.domain.loop import JobWatchInput, JobWatchResult, WatchOutcome
+    from workflows.domain.operators import OperatorActionKind, OperatorRequest
     from workflows.domain.recovery import (
         JobRecoveryInput,
         JobRecoveryResult,
@@ -72,6 +75,11 @@ with workflow.unsafe.imports_passed_through():
 ANCHOR_LOGS_PATCH = "11-anchor-logs-before-first-watch"
 #: Continue as new once the history passes Rebound's own bound, not only when the server suggests it.
 HISTORY_BOUND_PATCH = "12-job-history-bound"
+#: The unsigned pause/resume (before operators were authenticated) refuse new calls; recorded histories replay.
+_UNSIGNED = (
+    "unsigned pause/resume is refused: operators use `rebound pause|resume JOB`, which signs the action with "
+    "MUNGE (update operator_request); a job's owner pauses monitoring from the job's comment"
+)
 
 #: What the watch hands over: the job as last seen, the anomaly (None: only a change), the log findings with it.
 Watched = tuple[SlurmJob, Anomaly | None, tuple[LogFinding, ...]]
@@ -117,18 +125,61 @@ class JobRecoveryWorkflow:
         self._hub.take(event)
 
     @workflow.update(
-        name=PAUSE_UPDATE, description="Pause monitoring: no watch, no action until resumed (rebound pause JOB)."
+        name=PAUSE_UPDATE, description="Unsigned pause (before operators were authenticated): refused for new calls."
     )
     def pause(self, req: PauseRequest) -> JobRecoveryStatus:
-        self._rec.update_status(paused_by=req.operator)
-        self._rec.record("PAUSED", f"by {req.operator}" + (f": {req.note}" if req.note else ""))
+        self._pause(req.operator, req.note)
         return self._rec.status
 
-    @workflow.update(name=RESUME_UPDATE, description="Resume monitoring after a pause (rebound resume JOB).")
+    @pause.validator
+    def _validate_pause(self, req: PauseRequest) -> None:
+        raise ValueError(_UNSIGNED)
+
+    @workflow.update(
+        name=RESUME_UPDATE, description="Unsigned resume (before operators were authenticated): refused for new calls."
+    )
     def resume(self, req: PauseRequest) -> JobRecoveryStatus:
-        self._rec.update_status(paused_by="")
-        self._rec.record("RESUMED", f"monitoring resumed by {req.operator}" + (f": {req.note}" if req.note else ""))
+        self._resume(req.operator, req.note)
         return self._rec.status
+
+    @resume.validator
+    def _validate_resume(self, req: PauseRequest) -> None:
+        raise ValueError(_UNSIGNED)
+
+    @workflow.update(
+        name=OPERATOR_REQUEST_UPDATE,
+        description="An operator's pause or resume of monitoring, signed with MUNGE (rebound pause|resume JOB).",
+    )
+    async def operator_request(self, req: OperatorRequest) -> JobRecoveryStatus:
+        rec = self._rec
+        verified = await operator_gate.admit(
+            lambda: rec.state.auth, lambda a: rec.update(auth=a), req, lambda: self._operator_refusal(req)
+        )
+        if req.action.kind is OperatorActionKind.PAUSE:
+            self._pause(verified.user, req.action.note)
+        else:
+            self._resume(verified.user, req.action.note)
+        return rec.status
+
+    @operator_request.validator
+    def _validate_operator_request(self, req: OperatorRequest) -> None:
+        operator_gate.precheck(self._rec.state.auth, req, self._operator_refusal(req))
+
+    def _operator_refusal(self, req: OperatorRequest) -> str | None:
+        action = req.action
+        if action.kind not in (OperatorActionKind.PAUSE, OperatorActionKind.RESUME):
+            return f"{action.kind.value} is the Fleet's action, not a job's"
+        if action.cluster != self._inp.cluster or action.job_id not in (self._inp.job_id, self._rec.inp.job_id):
+            return f"the action is for job {action.job_id} of {action.cluster}, not this one"
+        return None
+
+    def _pause(self, who: str, note: str) -> None:
+        self._rec.update_status(paused_by=who)
+        self._rec.record("PAUSED", f"by {who}" + (f": {note}" if note else ""))
+
+    def _resume(self, who: str, note: str) -> None:
+        self._rec.update_status(paused_by="")
+        self._rec.record("RESUMED", f"monitoring resumed by {who}" + (f": {note}" if note else ""))
 
     @workflow.query(
         name=STATUS_QUERY, description="Where the job is in the recovery loop, with incidents and their timeline."

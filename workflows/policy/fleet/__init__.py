@@ -40,6 +40,7 @@ from workflows.policy.fleet.approvals import (
     MAX_DECIDED_APPROVALS,
     answer_approval,
     approval_notification,
+    approval_refusal,
     expire_approvals,
     open_approval,
     validate_answer,
@@ -88,6 +89,7 @@ __all__ = [
     "open_approval",
     "remember_decision",
     "sync_with_view",
+    "approval_refusal",
     "validate_answer",
     "view_input",
 ]

@@ -21,6 +21,7 @@ from workflows.domain.progress import aware
 from workflows.policy.fleet.common import age_s, span, unique
 
 __all__ = [
+    "approval_refusal",
     "MAX_DECIDED_APPROVALS",
     "answer_approval",
     "approval_notification",
@@ -85,18 +86,26 @@ def _find_approval(state: FleetState, approval_id: str) -> Approval | None:
     return next((a for a in state.approvals if a.id == approval_id), None)
 
 
+def approval_refusal(state: FleetState, approval_id: str) -> str | None:
+    """Why no answer can be given to this approval (unknown, or no longer pending), or None."""
+    approval = _find_approval(state, approval_id.strip())
+    if approval is None:
+        pending = [a.id for a in state.approvals if a.outcome is ApprovalOutcome.PENDING]
+        return f"unknown approval id {approval_id!r} (pending: {', '.join(pending) or 'none'})"
+    if approval.outcome is not ApprovalOutcome.PENDING:
+        by = f" by {approval.decided_by}" if approval.decided_by else ""
+        return f"approval {approval.id} is not pending: already {approval.outcome.value}{by}"
+    return None
+
+
 def validate_answer(state: FleetState, answer: ApprovalAnswer, policy: FleetPolicy) -> str | None:
     """Why this answer must be refused (for the update's validator), or None when it may be applied."""
     operator = answer.operator.strip()
     if not operator:
         return "the operator is empty: say who answers (--as NAME)"
-    approval = _find_approval(state, answer.approval_id.strip())
-    if approval is None:
-        pending = [a.id for a in state.approvals if a.outcome is ApprovalOutcome.PENDING]
-        return f"unknown approval id {answer.approval_id!r} (pending: {', '.join(pending) or 'none'})"
-    if approval.outcome is not ApprovalOutcome.PENDING:
-        by = f" by {approval.decided_by}" if approval.decided_by else ""
-        return f"approval {approval.id} is not pending: already {approval.outcome.value}{by}"
+    refusal = approval_refusal(state, answer.approval_id)
+    if refusal is not None:
+        return refusal
     if not policy.operators:
         return (
             "no operators are configured (fleet.operators): nobody may approve or reject; approvals time out "

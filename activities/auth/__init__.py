@@ -1,0 +1,1 @@
+"""Operators' authentication: MUNGE credentials verified on the worker (``workflows.policy.operators``)."""
