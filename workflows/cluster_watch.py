@@ -6,7 +6,9 @@ yet, or known ones end (or the activity's max wait runs out), then starts a JobR
 activity (business-key id, ``USE_EXISTING``: a second start is a no-op). A job Rebound itself resubmitted is not
 started again: the start activity finds it in its lineage's JobRecovery (ADR 014), and it is only marked known.
 The known job ids live in workflow state and travel across continue-as-new. Failures are recorded for the
-``status`` query and retried on the next round; the watch itself never ends on its own.
+``status`` query and retried on the next round; the watch itself never ends on its own. A discovery the scheduler
+refused for Rebound's credentials (``SCHEDULER_AUTH``: an expired slurmrestd token, munge, TLS) is also sent as a
+``scheduler_auth`` notification, once per outage: until it is fixed Rebound sees nothing of the cluster.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ with workflow.unsafe.imports_passed_through():
         StartJobRecoveryInput,
         WatchError,
     )
+    from workflows.domain.errors import FailureKind
+    from workflows.domain.notify import Notification, NotificationKind, Severity
     from workflows.history import continue_as_new_due
+    from workflows.notify import notify
     from workflows.options import CLUSTER_DISCOVERY, TEMPORAL_START
 
 #: Pause after a discovery that failed for good (a permanent scheduler error), before trying again.
@@ -39,6 +44,8 @@ DISCOVERY_BACKOFF = timedelta(seconds=30)
 HISTORY_BOUND_PATCH = "12-cluster-watch-history-bound"
 #: JobRecovery starts per discovery round (about 3 history events each).
 MAX_STARTS_PER_ROUND = 500
+#: Notify operators when the scheduler refuses Rebound's credentials (histories from before never took that branch).
+SCHEDULER_AUTH_ALERT_PATCH = "13-scheduler-auth-alert"
 
 
 @workflow.defn(name=CLUSTER_WATCH_WORKFLOW)
@@ -54,6 +61,8 @@ class ClusterWatchWorkflow:
             else ClusterWatchStatus(cluster=inp.cluster)
         )
         self._known: set[int] = set(self._status.known)
+        self._auth_alerted = False
+        """A ``scheduler_auth`` notification went for the current outage (reset by a discovery that works)."""
 
     @workflow.run
     async def run(self, inp: ClusterWatchInput) -> None:
@@ -90,8 +99,10 @@ class ClusterWatchWorkflow:
             )
         except ActivityError as e:
             self._error(e, None)
+            await self._alert_on_refused_credentials(e, inp.cluster)
             await workflow.sleep(DISCOVERY_BACKOFF, summary="back off after a failed discovery")
             return
+        self._auth_alerted = False
         self._known.difference_update(found.gone)
         # At most MAX_STARTS_PER_ROUND: the rest stay unknown, so the next discovery offers them at once, after a
         # look at the history's size (5,000 new jobs in one round would add some 15,000 events at once).
@@ -125,6 +136,26 @@ class ClusterWatchWorkflow:
             self._error(e, job.job_id)
             return False
         return True
+
+    async def _alert_on_refused_credentials(self, error: ActivityError, cluster: str) -> None:
+        """Tell operators, once per outage, that the scheduler refuses Rebound's credentials (see the docstring)."""
+        cause = error.cause
+        if not isinstance(cause, ApplicationError) or cause.type != FailureKind.SCHEDULER_AUTH.value:
+            return
+        if self._auth_alerted or not workflow.patched(SCHEDULER_AUTH_ALERT_PATCH):
+            return
+        self._auth_alerted = True
+        await notify(
+            Notification(
+                kind=NotificationKind.SCHEDULER_AUTH,
+                job_id="-",
+                cluster=cluster,
+                title=f"Rebound cannot read the scheduler of {cluster}: its credentials were refused",
+                text=f"{cause.message[:1500]}\n\nNo job is watched or recovered until this is fixed "
+                "(docs/operations.md, 'Scheduler authentication failed').",
+                severity=Severity.CRITICAL,
+            )
+        )
 
     def _error(self, error: ActivityError, job_id: int | None) -> None:
         cause = error.cause

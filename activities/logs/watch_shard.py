@@ -25,7 +25,7 @@ from activities.logs.shard_view import view_says_changed
 from activities.logs.watch_hub import ShardHub
 from activities.slurm.port import SchedulerReads
 from activities.slurm.snapshots import SnapshotCache
-from workflows.domain.errors import ReboundError
+from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.slurm import ClusterSnapshot
 from workflows.domain.watch_hub import WatchEvent, WatchShardInput
 from workflows.domain.watch_routing import shard_task_queue
@@ -119,8 +119,10 @@ class WatchShardActivities:
             try:
                 await self.poll_once(hub)
             except ReboundError as e:
-                # A scheduler outage: the members wait (their offsets hold); the heartbeat goes on, the shard stays.
-                log.warning("shard %s: no scheduler snapshot this poll: %s", hub.shard, e.message)
+                # A scheduler outage or refused credentials: the members wait (their offsets hold, nothing is read
+                # as a state); the heartbeat goes on, the shard stays. Refused credentials are logged as errors.
+                level = logging.ERROR if e.kind is FailureKind.SCHEDULER_AUTH else logging.WARNING
+                log.log(level, "shard %s: no scheduler snapshot this poll: %s: %s", hub.shard, e.kind.value, e.message)
             await self.deliver_pending(hub)
             poll_s = time.monotonic() - began
             members_gauge.set(len(hub.members), attrs)

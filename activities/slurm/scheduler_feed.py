@@ -21,7 +21,7 @@ from datetime import datetime
 from temporalio import activity
 
 from activities.slurm.snapshots import SnapshotCache
-from workflows.domain.errors import ReboundError
+from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.scheduler_feed import FeedUpdate, SchedulerFeedInput
 from workflows.domain.slurm import ClusterSnapshot
 from workflows.policy.scheduler_feed import ShardPart, diff, digest, route, updates
@@ -59,7 +59,9 @@ class SchedulerFeedActivities:
                 try:
                     snap = await self._snapshots.get()
                 except ReboundError as e:
-                    log.warning("scheduler feed: no snapshot this poll: %s", e.message)
+                    # Refused credentials are an operator's to fix (ClusterWatch notifies): an error, not a blip.
+                    level = logging.ERROR if e.kind is FailureKind.SCHEDULER_AUTH else logging.WARNING
+                    log.log(level, "scheduler feed: no snapshot this poll: %s: %s", e.kind.value, e.message)
                 else:
                     feed.failed = await self._publish_all(inp, feed.next(snap, time.monotonic()))
                 activity.heartbeat({"epoch": feed.epoch, "polls": feed.polls, "published": self.published})

@@ -26,10 +26,18 @@ class NotificationKind(StrEnum):
     """The job trains again after a recovery."""
     STRAGGLER = "straggler"
     """A rank (and its node) is persistently slower than its peers."""
+    SCHEDULER_AUTH = "scheduler_auth"
+    """The scheduler refused Rebound's credentials (slurmrestd JWT, munge, TLS): Rebound cannot see the cluster
+    until an operator fixes the token or setting the message names."""
 
 
 #: The kinds sent unless ``notify.kinds`` says otherwise: what needs a person's attention.
-DEFAULT_KINDS = (NotificationKind.INCIDENT, NotificationKind.APPROVAL_NEEDED, NotificationKind.GAVE_UP)
+DEFAULT_KINDS = (
+    NotificationKind.INCIDENT,
+    NotificationKind.APPROVAL_NEEDED,
+    NotificationKind.GAVE_UP,
+    NotificationKind.SCHEDULER_AUTH,
+)
 
 
 class Severity(StrEnum):

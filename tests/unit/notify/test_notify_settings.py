@@ -10,7 +10,7 @@ from workers.settings import NotifySettings, Settings
 
 def test_defaults_send_what_needs_a_person() -> None:
     s = NotifySettings()
-    assert s.webhook_url is None and s.kinds == ("incident", "approval_needed", "gave_up")
+    assert s.webhook_url is None and s.kinds == ("incident", "approval_needed", "gave_up", "scheduler_auth")
 
 
 def test_from_environment_with_secret_url(monkeypatch: pytest.MonkeyPatch) -> None:
