@@ -96,6 +96,7 @@ def build_discovery_activities(
         poll_interval_s=settings.watch.poll_interval_s,
         detection=settings.detection,
         checkpoint_fallback=settings.checkpoints.fallback,
+        caps=settings.optin,
         start=TemporalJobRecoveryStarter(
             client,
             task_queue=settings.temporal.task_queue,

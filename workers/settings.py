@@ -24,6 +24,7 @@ from pydantic_settings import (
 
 from workers.settings_sections import (
     AuditSettings,
+    LogReadSettings,
     AuthSettings,
     CheckpointSettings,
     NotifySettings,
@@ -37,6 +38,7 @@ from workflows.constants import (
     DEFAULT_WATCH_TASK_QUEUE,
 )
 from workflows.domain.fleet import FleetPolicy
+from workflows.domain.optin_caps import OptInCaps
 from workflows.domain.recovery import DetectionPolicy
 from workflows.domain.watch_routing import DEFAULT_SHARDS, MAX_SHARDS, WatchRouting
 
@@ -252,8 +254,9 @@ class WatchSettings(Section):
     log_roots: tuple[Path, ...] = Field(
         (),
         description="Directories a job's log files and its checkpoint directory (ckpt=) must really lie under "
-        "(symlinks resolved); patterns, files and directories elsewhere are refused and reported. Empty: no root "
-        'restriction. Env: a JSON list, ["/scratch"].',
+        "(symlinks resolved); patterns, files and directories elsewhere are refused and reported. Required: a "
+        "worker without it refuses to start (a job names the paths, the worker reads them as root). Env: a JSON "
+        'list, ["/scratch"].',
     )
     log_require_owner: bool = Field(
         True,
@@ -404,6 +407,8 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(
         default_factory=AuthSettings, description="Operators' authentication (MUNGE credentials on every action)."
     )
+    optin: OptInCaps = Field(default_factory=OptInCaps, description="Ceilings on what a job's comment may ask.")
+    logs: LogReadSettings = Field(default_factory=LogReadSettings, description="Bounds on reading a job's logs.")
     log_level: str = Field("INFO", description="Python logging level.")
 
     @classmethod

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from workflows.domain.bounds import DEFAULT_GLOB_ENTRIES, MAX_FILES, MAX_GLOB_ENTRIES
 from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.notify import DEFAULT_KINDS, NotificationKind
 
@@ -17,6 +18,28 @@ __all__ = ["AuditSettings", "AuthSettings", "CheckpointSettings", "NotifySetting
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class LogReadSettings(Section):
+    """Bounds on what reading one job's logs may cost, whatever patterns it names (``activities.logs``)."""
+
+    glob_max_entries: int = Field(
+        DEFAULT_GLOB_ENTRIES,
+        ge=100,
+        le=MAX_GLOB_ENTRIES,
+        description="Directory entries one expansion of a job's log and heartbeat patterns may visit (each listing "
+        "counts one more); a pattern that reaches it is refused, with the reason, until the job's next attempt "
+        "(not walked again every few seconds).",
+    )
+    max_files: int = Field(
+        MAX_FILES,
+        ge=1,
+        le=MAX_FILES,
+        description="Files one job's patterns may match and be read; the others are refused, with the reason.",
+    )
+
+
+__all__ += ["LogReadSettings"]
 
 
 _NOTIFICATION_KINDS = tuple(k.value for k in NotificationKind)

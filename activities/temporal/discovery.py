@@ -31,6 +31,7 @@ from workflows.domain.discovery import (
     StartJobRecoveryResult,
 )
 from workflows.domain.errors import FailureKind, ReboundError
+from workflows.domain.optin_caps import OptInCaps
 from workflows.domain.recovery import DetectionPolicy, JobRecoveryInput
 from workflows.domain.slurm import ClusterSnapshot, JobState
 from workflows.domain.watch_routing import WatchRouting
@@ -156,6 +157,7 @@ class DiscoveryActivities:
         detection: DetectionPolicy | None = None,
         checkpoint_fallback: CheckpointFallback = CheckpointFallback.OFF,
         start: StartJobRecovery | None = None,
+        caps: OptInCaps | None = None,
     ) -> None:
         """Bind the activities.
 
@@ -168,6 +170,7 @@ class DiscoveryActivities:
             detection: Hang and straggler policies for the started workflows (with ``client``).
             checkpoint_fallback: The operator's ``checkpoints.fallback`` for the started workflows (with ``client``).
             start: Replaces the client-based start (tests).
+            caps: The operator's ceilings on what a job's comment may ask for (``optin.*``); None: the defaults.
 
         Raises:
             ValueError: Neither ``client`` nor ``start`` was given, or ``poll_interval_s`` is not positive.
@@ -186,6 +189,7 @@ class DiscoveryActivities:
             raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")
         self._snapshots = snapshots
         self._selectors = tuple(selectors)
+        self._caps = caps or OptInCaps()
         self._start = start
         self._poll_interval_s = poll_interval_s
         self._warned: dict[int, str] = {}
@@ -238,7 +242,7 @@ class DiscoveryActivities:
             if job.job_id in known or job.state not in DISCOVERABLE_STATES:
                 continue
             try:
-                spec = spec_for(job, self._selectors)
+                spec = spec_for(job, self._selectors, self._caps)
             except OptInError as e:
                 rejected.append(RejectedOptIn(job_id=job.job_id, reason=str(e)))
                 if self._warned.get(job.job_id) != job.comment:

@@ -177,7 +177,12 @@ async def test_selector_opts_jobs_in_and_the_comment_wins_key_by_key(temporal_cl
     specs = {c.job_id: c.spec for c in rec.calls}
     assert specs == {
         selected.job_id: RecoverySpec(checkpoint_dir="/sel", restart_budget=1),
-        both.job_id: RecoverySpec(checkpoint_dir="/sel", restart_budget=4),
+        # The selector's budget is a ceiling for the comment too (workflows.policy.optin_caps), and says so.
+        both.job_id: RecoverySpec(
+            checkpoint_dir="/sel",
+            restart_budget=1,
+            capped=("budget=4 capped at 1 by operator policy (the job's selector)",),
+        ),
     }
 
 

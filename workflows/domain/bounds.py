@@ -11,6 +11,7 @@ ranks past the tracking cap in the job's timeline (``RANKS_NOTE``) and in its ha
 from __future__ import annotations
 
 __all__ = [
+    "DEFAULT_GLOB_ENTRIES",
     "DEFAULT_MAX_BYTES_PER_CALL",
     "DEFAULT_MAX_BYTES_PER_FILE",
     "DEFAULT_MAX_LINES_PER_CALL",
@@ -27,7 +28,12 @@ __all__ = [
 
 # ----- reading a job's logs (activities/logs/tail.py, globbing.py) ---------------------------------------------
 MAX_GLOB_ENTRIES = 100_000
-"""Directory entries one poll's globbing looks at, at most (each listing counts as one more): glob breadth."""
+"""Directory entries one expansion of a job's patterns may look at, at most, whatever the operator sets (each
+listing counts as one more): glob breadth."""
+DEFAULT_GLOB_ENTRIES = 10_000
+"""The default of that budget (``logs.glob_max_entries``). A pattern that reaches it is refused until the job's next
+attempt (``LogTail``), so a ``logs=/scratch/**`` costs one walk of this many entries, not one every glob
+(``GLOB_EVERY_S``): 100,000 entries every 2 s was ~50,000 directory entries a second for one hostile job."""
 MAX_FILES = 10_000
 """Files one job's patterns may match and be read; the offsets of more would not fit a Temporal heartbeat."""
 DEFAULT_MAX_BYTES_PER_FILE = 1 << 20

@@ -101,6 +101,9 @@ class RecoverySpec(Frozen):
     checkpoint_fallback: CheckpointFallback | None = None
     """What to do about a partial newest checkpoint before a restart (``ckpt_fallback=``); None: the operator's
     setting (``checkpoints.fallback``, default off), filled in when the job is discovered."""
+    capped: tuple[str, ...] = ()
+    """What the operator's policy clamped of what the job's comment asked for, one note each (``budget=100 capped
+    at 3 by operator policy (selector)``: ``workflows.policy.optin_caps``); the job's timeline shows them."""
 
 
 class DetectionPolicy(Frozen):

@@ -44,6 +44,12 @@ class Recorder:
                 restart_budget=inp.spec.restart_budget,
             )
         )
+        if inp.carried is None:
+            # What the operator's policy clamped of the comment's asks (``workflows.policy.optin_caps``): said once,
+            # at the start, so the job's owner sees why the budget or window is not what the comment says. State
+            # only: no command, so recorded histories replay unchanged.
+            for note in inp.spec.capped:
+                self.record("CAPPED", note)
 
     @property
     def status(self) -> JobRecoveryStatus:

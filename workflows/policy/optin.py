@@ -16,14 +16,23 @@ Grammar of the comment (``parse_comment``):
   (a policy name), ``logs`` (absolute glob of the ranks' output, ``%j`` = job id; may repeat or be
   comma-separated), ``hang`` (the job's hang window: ``600``, ``90s``, ``10m``, ``1h``), ``heartbeat``
   (absolute glob of files the ranks touch while alive; like ``logs``), ``stragglers`` (``off``, ``report`` or
-  ``restart``), ``restart`` (``auto``, ``requeue`` or ``resubmit``: ``workflows.policy.restart_strategy``).
+  ``restart``), ``restart`` (``auto``, ``requeue`` or ``resubmit``: ``workflows.policy.restart_strategy``),
+  ``ckpt_fallback`` (``off`` or ``quarantine``: what may be done about a partial newest checkpoint).
+* Every value is a request, held under the operator's ceilings (below): ``budget``, ``hang``, ``stragglers``,
+  ``ckpt_fallback``, ``logs`` and ``heartbeat`` may be clamped, never refused for being too much.
 * An unknown key, a bad value, a repeated single-valued key or ``rebound key=value`` without the colon raise
   ``OptInError`` naming the key. The caller treats that as "not opted in" and warns: guessing what a mistyped
   spec meant (``budget=O``) could restart a job its owner wanted left alone.
 
 Operators opt jobs in without touching them through ``JobSelector``s (partitions, users, a name pattern; all
 given criteria must match). ``spec_for`` combines both: the job's comment wins, key by key, over the first
-selector that matches. A job that neither opted in nor was selected is never touched.
+selector that matches, but under the operator's ceilings (``workflows.policy.optin_caps``): the ``optin.*``
+settings bound ``budget`` (``optin.max_budget``), ``hang`` (``optin.min_hang_s`` .. ``optin.max_hang_s``),
+``stragglers`` (``optin.stragglers``), ``ckpt_fallback`` (``optin.checkpoint_fallback``) and the ``logs``/``heartbeat``
+globs (``optin.max_log_patterns`` each, ``**`` only with ``optin.recursive_globs``); a matching selector's own
+explicit values are ceilings too (the lower wins). A clamped ask is not an error: the job is watched with the
+clamped value and its timeline says what was clamped and by which setting. A job that neither opted in nor was
+selected is never touched.
 """
 
 from __future__ import annotations
@@ -36,8 +45,10 @@ from pydantic import ValidationError, field_validator
 
 from workflows.domain.base import Frozen
 from workflows.domain.checkpoints import CheckpointFallback
+from workflows.domain.optin_caps import OptInCaps
 from workflows.domain.recovery import RecoverySpec
 from workflows.domain.slurm import SlurmJob
+from workflows.policy.optin_caps import apply_caps
 
 __all__ = [
     "OptInError",
@@ -180,16 +191,19 @@ def select(job: SlurmJob, selectors: Iterable[JobSelector]) -> RecoverySpec | No
     return next((s.spec for s in selectors if s.matches(job)), None)
 
 
-def spec_for(job: SlurmJob, selectors: Iterable[JobSelector]) -> RecoverySpec | None:
+def spec_for(job: SlurmJob, selectors: Iterable[JobSelector], caps: OptInCaps | None = None) -> RecoverySpec | None:
     """How to recover ``job``, or None when Rebound must leave it alone.
 
     The job's own comment wins key by key over the first matching selector (the owner knows the checkpoint
-    directory and budget; the operator's selector fills in the rest). A malformed comment is not overruled by
-    a selector: the job's owner asked for something we cannot read, so nothing is done.
+    directory), but only under the operator's ceilings: the ``optin.*`` settings and the selector's own explicit
+    values (``workflows.policy.optin_caps``; ``budget=100`` under a selector's ``restart_budget = 3`` gets 3, and
+    the clamp is noted in ``RecoverySpec.capped``). A malformed comment is not overruled by a selector: the job's
+    owner asked for something we cannot read, so nothing is done.
 
     Args:
         job: The job to decide on.
         selectors: The operator's selectors, in priority order.
+        caps: The operator's ceilings on a comment's asks; None: the defaults of ``OptInCaps``.
 
     Raises:
         OptInError: The job's comment carries a malformed ``rebound`` spec; ``UnsupportedJob`` when the job opted
@@ -204,9 +218,8 @@ def spec_for(job: SlurmJob, selectors: Iterable[JobSelector]) -> RecoverySpec | 
         )
     if own is None:
         return selected
-    if selected is None:
-        return own
-    return selected.model_copy(update={name: getattr(own, name) for name in own.model_fields_set})
+    merged = own if selected is None else selected.model_copy(update={n: getattr(own, n) for n in own.model_fields_set})
+    return apply_caps(merged, own.model_fields_set, selected, caps or OptInCaps())
 
 
 def with_fallback(spec: RecoverySpec, operator_default: CheckpointFallback) -> RecoverySpec:

@@ -191,8 +191,10 @@ def test_comment_alone() -> None:
 
 
 def test_comment_wins_key_by_key_over_the_selector() -> None:
-    spec = spec_for(_job("rebound: budget=4"), [GPU])
-    assert spec == RecoverySpec(restart_budget=4, checkpoint_dir="/sel")  # ckpt from the selector
+    spec = spec_for(_job("rebound: ckpt=/own"), [GPU])
+    assert spec == RecoverySpec(restart_budget=1, checkpoint_dir="/own")  # the budget from the selector
+    spec = spec_for(_job("rebound: budget=4"), [GPU])  # the selector's budget is a ceiling (optin_caps)
+    assert spec is not None and spec.restart_budget == 1 and spec.checkpoint_dir == "/sel"
     assert spec_for(_job("rebound"), [GPU]) == GPU.spec  # a bare opt-in overrides nothing
 
 
