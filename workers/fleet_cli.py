@@ -168,10 +168,11 @@ def format_nodes(st: FleetStatus, now: datetime | None = None) -> str:
     lines.append("")
     lines.append(
         f"suspicions (excluded from one job's placement, not drained; implicated again within "
-        f"{st.policy.suspicion_window_s / 3600:g} h: drained): {len(suspicions)}"
+        f"{st.policy.suspicion_window_s / 3600:g} h by a job of another user: drained): {len(suspicions)}"
     )
     for node, i in suspicions[:MAX_SUSPICIONS_SHOWN]:
-        lines.append(f"  {node:<10} {i.at:%Y-%m-%d %H:%M:%S}  job {i.job_id} ({i.incident}: {i.cause})")
+        owner = f" of {i.user}" if i.user else ""
+        lines.append(f"  {node:<10} {i.at:%Y-%m-%d %H:%M:%S}  job {i.job_id}{owner} ({i.incident}: {i.cause})")
     if len(suspicions) > MAX_SUSPICIONS_SHOWN:
         lines.append(f"  ... {len(suspicions) - MAX_SUSPICIONS_SHOWN} more (rebound nodes --json)")
     pending = [a for a in st.state.approvals if a.outcome is ApprovalOutcome.PENDING]

@@ -10,8 +10,10 @@ An action's strength follows its evidence. Three rungs, strongest first:
    evidence (a non-zero exit, a segfault, a SIGKILL), ranks that went silent, a rank stuck in the kernel during a
    hang, a straggler whose GPUs report nothing, and a CUDA hardware error the job printed itself (its own output:
    ``CUDA error: uncorrectable ECC error`` is what the framework says, not what the node agent read). The job is
-   restarted without the node and the Fleet records a suspicion; the same node implicated again (by this job or
-   another one within the Fleet's suspicion window) escalates to a drain.
+   restarted without the node and the Fleet records a suspicion. A job's output is a claim (its owner controls
+   what it prints and how many jobs there are): the same node implicated again within the Fleet's suspicion window
+   by a job of another user escalates to a drain; again only by jobs of the same user, the drain waits for an
+   operator (``workflows.policy.fleet.suspicion``).
 3. **nothing** (``ActionRung.NOTHING``): no node is implicated (the code's own error, a hang nothing pins on a
    node, nothing conclusive): no node is touched.
 
@@ -70,8 +72,8 @@ def choose_action(attribution: Attribution) -> ActionChoice:
         rung=ActionRung.EXCLUDE,
         basis=basis,
         reason=f"exclude {nodes} from this job's next placement and record a suspicion: {what}; a drain needs "
-        "node-level evidence (the node agent's XID/NVML read, a dead slurmd, a Slurm node failure) or the node "
-        "implicated again",
+        "node-level evidence (the node agent's XID/NVML read, a dead slurmd, a Slurm node failure), the node "
+        "implicated again by a job of another user, or an operator's approval",
     )
 
 

@@ -225,8 +225,8 @@ def test_rebound_nodes_lists_the_suspicions_within_the_window() -> None:
         FleetStatus(state=state, breaker=BreakerStatus(drained_in_window=0, cap=1, open=False), policy=POLICY),
         now=T0 + timedelta(seconds=600),
     )
-    assert "not drained; implicated again within 1 h: drained): 2" in text
-    assert "n3         2026-12-01 12:02:00  job 42 (42-1: rank-killed)" in text
+    assert "not drained; implicated again within 1 h by a job of another user: drained): 2" in text
+    assert "n3         2026-12-01 12:02:00  job 42 of alice (42-1: rank-killed)" in text
 
 
 def test_a_suspect_with_nothing_in_the_window_is_healthy_again() -> None:
