@@ -24,9 +24,9 @@ from pydantic_settings import (
 
 from workers.settings_sections import (
     AuditSettings,
-    LogReadSettings,
     AuthSettings,
     CheckpointSettings,
+    LogReadSettings,
     NotifySettings,
     Section,
     TelemetrySettings,

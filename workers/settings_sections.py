@@ -149,6 +149,7 @@ class AuditSettings(Section):
     def effective_period_s(self) -> float:
         return self.period_s if self.period_s is not None else self.interval_s
 
+
 class AuthSettings(Section):
     """How operators prove who they are: MUNGE, the cluster's own authentication (``docs/security.md``)."""
 
