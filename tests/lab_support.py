@@ -37,6 +37,8 @@ def test_lab_config() -> LabConfig:
         slurmrestd_port=6830,
         temporal_port=7243,
         temporal_ui_port=8243,
+        temporal_tls_port=7244,
+        slurmrestd_tls_port=6831,
     )
 
 

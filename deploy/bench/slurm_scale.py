@@ -96,6 +96,8 @@ def scale_lab_config(opts: ScaleOptions) -> LabConfig:
         slurmrestd_port=6840,
         temporal_port=7253,
         temporal_ui_port=8253,
+        temporal_tls_port=7254,
+        slurmrestd_tls_port=6841,
         slurmd_timeout_s=30,
         message_timeout_s=10,
         ready_timeout_s=300.0,

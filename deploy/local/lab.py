@@ -13,6 +13,7 @@ from deploy.local.services import ReboundServices
 from deploy.local.slurm_cluster import SlurmCluster
 from deploy.local.system import ensure_packages, require_root
 from deploy.local.temporal_server import TemporalServer
+from deploy.local.tls_proxy import TlsProxy
 
 
 class ServiceStatus(BaseModel):
@@ -45,6 +46,7 @@ class Lab:
         self.slurm = SlurmCluster(self.cfg)
         self.temporal = TemporalServer(self.cfg)
         self.rebound = ReboundServices(self.cfg)
+        self.proxy = TlsProxy(self.cfg)
 
     def up(self, *, log: bool = True) -> float:
         """Bring every part up (skipping what already runs); returns the seconds it took."""
@@ -55,6 +57,8 @@ class Lab:
             print(f"lab: installed {' '.join(installed)}")
         self.slurm.start()
         self.temporal.start()
+        if self.cfg.tls_proxy:
+            self.proxy.start()  # before the services: with workers_via_proxy they connect through it
         self.rebound.start()
         self.write_env_file()
         return time.monotonic() - started
@@ -63,6 +67,7 @@ class Lab:
         """Stop only what `up` started (pid files); the state directory is kept."""
         self.rebound.stop()
         self.slurm.stop(keep_jobs=keep_jobs)
+        self.proxy.stop()
         self.temporal.stop()
 
     def status(self) -> LabStatus:
@@ -75,6 +80,8 @@ class Lab:
         ]
         services = [ServiceStatus(name=n, pid=self.slurm.pid(n)) for n in names]
         services.append(ServiceStatus(name="temporal", pid=self.temporal.pid()))
+        if self.cfg.tls_proxy:
+            services.append(ServiceStatus(name="tls-proxy", pid=self.proxy.pid()))
         if self.cfg.start_agents:
             services += [
                 ServiceStatus(name=service, pid=self.rebound.pid(service)) for service, _ in self.cfg.agent_groups()

@@ -12,6 +12,7 @@ from deploy.local.config import LabConfig
 from deploy.local.fake_nvml_state import write_initial_state
 from deploy.local.processes import LabError, kill_and_wait, read_owned_pid, run, spawn, wait_until
 from deploy.local.temporal_server import temporal_binary
+from deploy.local.tls_proxy import client_env
 from workflows.constants import DEFAULT_TASK_QUEUE, node_task_queue
 
 
@@ -22,9 +23,11 @@ class ReboundServices:
         self.cfg = cfg
         self.lay = cfg.layout
 
-    def common_env(self) -> dict[str, str]:
-        """Settings every Rebound process of this lab gets (see workers/settings.py)."""
-        return dict(
+    def common_env(self, role: str = "worker") -> dict[str, str]:
+        """Settings every Rebound process of this lab gets (see workers/settings.py); with
+        ``workers_via_proxy``, the TLS proxy's address and ``role``'s client certificate."""
+        via_proxy = client_env(self.cfg, role) if self.cfg.workers_via_proxy and self.cfg.tls_proxy else {}
+        env = dict(
             os.environ,
             REBOUND_CLUSTER_NAME=self.cfg.cluster_name,
             REBOUND_STATE_DIR=str(self.lay.state_dir),
@@ -52,6 +55,8 @@ class ReboundServices:
             REBOUND_CONFIG=str(self.lay.rebound_config),
             REBOUND_FLEET__HEALTH_CHECK_AFTER_S="600",
         )
+        env.update(via_proxy)  # the proxy's address replaces the dev server's
+        return env
 
     def write_rebound_config(self) -> None:
         """The lab's TOML settings: its operator is whoever runs the lab (kept if the file exists: a test may
@@ -66,7 +71,7 @@ class ReboundServices:
         """A node agent reads its own node's fake NVML: the library first on the loader path, its state file."""
         lib_dir = str(self.lay.fake_nvml_lib_dir)
         return dict(
-            self.common_env(),
+            self.common_env("agent"),
             REBOUND_NODE_AGENT__NODE_NAME=node,
             # Two labs (demo and test) share this host: job ids repeat across them, so scope the rank scan.
             REBOUND_NODE_AGENT__SLURM_CLUSTER=self.cfg.cluster_name,
@@ -78,7 +83,7 @@ class ReboundServices:
 
     def shared_agent_env(self) -> dict[str, str]:
         """A process serving several nodes reads their state files itself: no fake library, no node name."""
-        return dict(self.common_env(), REBOUND_NODE_AGENT__SLURM_CLUSTER=self.cfg.cluster_name)
+        return dict(self.common_env("agent"), REBOUND_NODE_AGENT__SLURM_CLUSTER=self.cfg.cluster_name)
 
     def prepare_gpus(self) -> None:
         """Build the fake NVML library and give every node a healthy state file (kept if it exists)."""

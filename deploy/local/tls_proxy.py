@@ -24,7 +24,18 @@ from pathlib import Path
 
 from deploy.local.config import LabConfig
 from deploy.local.lab_pki import PkiPaths, ensure_lab_pki, read_api_key
-from deploy.local.processes import LabError, kill_and_wait, read_owned_pid, require_free_ports, run, spawn, wait_until
+from deploy.local.processes import (
+    LabError,
+    cmdline,
+    descendants,
+    is_alive,
+    kill_and_wait,
+    read_owned_pid,
+    require_free_ports,
+    run,
+    spawn,
+    wait_until,
+)
 from deploy.local.system import find_binary
 
 SERVICE = "tls-proxy"
@@ -204,7 +215,16 @@ class TlsProxy:
         if pid is None:
             raise LabError("the TLS proxy is not running")
         self.write_conf(client_ca=client_ca)
+        before = set(descendants([pid]))
         os.kill(pid, signal.SIGHUP)
+        # Applied once a new worker runs and every old one has stopped accepting (its title says "shutting down"):
+        # a connection made before that could still meet the old certificates.
+        wait_until(
+            lambda: _reloaded(pid, before),
+            self.cfg.ready_timeout_s,
+            f"the TLS proxy to reload (see {self.lay.log_file(SERVICE)})",
+            0.05,
+        )
 
     def stop(self) -> None:
         pid = self.pid()
@@ -213,7 +233,26 @@ class TlsProxy:
         self.lay.pid_file(SERVICE).unlink(missing_ok=True)
 
 
+def _reloaded(master: int, before: set[int]) -> bool:
+    now = set(descendants([master]))
+    old_done = all(not is_alive(p) or "shutting down" in " ".join(cmdline(p)) for p in before)
+    return old_done and bool(now - before)
+
+
 def _accepts(port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         return True
     return False
+
+
+def client_env(cfg: LabConfig, role: str) -> dict[str, str]:
+    """Settings (``REBOUND_TEMPORAL__*``) that send a Rebound process of ``role`` (``worker`` or ``agent``) through
+    the TLS proxy with its own client certificate and the API key (``LabConfig.workers_via_proxy``)."""
+    pki = pki_paths(cfg)
+    return {
+        "REBOUND_TEMPORAL__ADDRESS": cfg.temporal_tls_address,
+        "REBOUND_TEMPORAL__TLS_SERVER_CA_PATH": str(pki.ca_cert),
+        "REBOUND_TEMPORAL__TLS_CLIENT_CERT_PATH": str(pki.client_cert(role)),
+        "REBOUND_TEMPORAL__TLS_CLIENT_KEY_PATH": str(pki.client_key(role)),
+        "REBOUND_TEMPORAL__API_KEY": read_api_key(pki),
+    }

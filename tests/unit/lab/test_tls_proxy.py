@@ -80,3 +80,20 @@ def test_nginx_loads_the_written_config(tmp_path: Path) -> None:
     assert proxy.conf.stat().st_mode & 0o077 == 0  # it holds the API key
     assert read_api_key(pki_paths(cfg)) in proxy.conf.read_text()
     assert proxy.pid() is None
+
+
+def test_workers_via_the_proxy_get_their_role_certificate(tmp_path: Path) -> None:
+    from deploy.local.services import ReboundServices
+
+    direct = ReboundServices(LabConfig(state_dir=tmp_path))
+    assert direct.common_env()["REBOUND_TEMPORAL__ADDRESS"] == "127.0.0.1:7233"  # the default: no detour
+    cfg = LabConfig(state_dir=tmp_path, workers_via_proxy=True)
+    pki = pki_paths(cfg)
+    ensure_lab_pki(pki)
+    services = ReboundServices(cfg)
+    worker, agent = services.common_env(), services.agent_env("n1")
+    assert worker["REBOUND_TEMPORAL__ADDRESS"] == agent["REBOUND_TEMPORAL__ADDRESS"] == "127.0.0.1:7234"
+    assert worker["REBOUND_TEMPORAL__TLS_CLIENT_CERT_PATH"] == str(pki.client_cert("worker"))
+    assert agent["REBOUND_TEMPORAL__TLS_CLIENT_CERT_PATH"] == str(pki.client_cert("agent"))
+    assert agent["REBOUND_TEMPORAL__TLS_SERVER_CA_PATH"] == str(pki.ca_cert)
+    assert worker["REBOUND_TEMPORAL__API_KEY"] == read_api_key(pki)
