@@ -40,7 +40,14 @@ class SlurmActionActivities:
                 if e.kind is not FailureKind.NOT_OWNED:
                     raise
                 node = await self._scheduler.get_node(inp.node)
-                reason = node.reason if node else "?"
+                if node is None or not node.is_drained:
+                    # It changed between the refusal and this read: whose drain it is cannot be said from here.
+                    raise ReboundError(  # retried: the next attempt decides on a fresh read
+                        FailureKind.SCHEDULER_BUSY,
+                        f"node {inp.node} was drained by someone else, then "
+                        f"{'vanished from' if node is None else 'was undrained in'} the listing: reading again",
+                    ) from e
+                reason = node.reason
                 # Another Rebound incident may have drained it first (a node shared by two jobs): still ours.
                 ours = is_rebound_drain(reason)
                 return DrainResult(

@@ -308,7 +308,15 @@ class GuardedActions(ABC):
         if job.state not in (JobState.RUNNING, JobState.COMPLETING):
             return
         nodes = {n.name: n for n in await self.list_nodes()}
-        dying = [n for n in job.nodes if n in nodes and not nodes[n].is_responding and nodes[n].state.value != "down"]
+        unlisted = [n for n in job.nodes if n not in nodes]
+        if unlisted:
+            # A node the listing does not show cannot be judged alive: fail closed, read again (never "fine").
+            raise ReboundError(
+                FailureKind.SCHEDULER_BUSY,
+                f"job {job.job_id} holds node(s) {', '.join(unlisted)} the node listing does not show: cannot tell "
+                "whether they are dead; not requeuing on that",
+            )
+        dying = [n for n in job.nodes if not nodes[n].is_responding and nodes[n].state is not NodeBaseState.DOWN]
         if dying:
             raise ReboundError(
                 FailureKind.SCHEDULER_BUSY,
