@@ -142,3 +142,14 @@ async def end_fleet(handle: LabHandle, reason: str) -> None:
     client = await connect(settings.temporal)
     with contextlib.suppress(RPCError):  # none running
         await client.get_workflow_handle(fleet_workflow_id(settings.cluster_name)).terminate(reason=reason)
+
+
+def operator_env(handle: LabHandle) -> dict[str, str]:
+    """What an operator's shell has after ``source $STATE/lab.env`` (the lab's own env file), and nothing else:
+    the CLI signs each action with the lab's munged (``REBOUND_AUTH__MUNGE_SOCKET``)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    for line in handle.layout.env_file.read_text().splitlines():
+        if line.startswith("export "):
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = value.strip("'")
+    return env

@@ -32,7 +32,8 @@ from tests.e2e.recovery_support import (
     slurm_job,
     submit_tracked_demo,
 )
-from tests.lab_support import LabHandle, lab_rebound_settings
+from tests.lab_support import LabHandle, lab_rebound_settings, operator_env
+from tests.security.redteam import RedTeamUser
 from workers.client import connect
 from workers.fleet_cli import fleet_status
 from workflows.domain.fleet import ApprovalOutcome, FleetStatus, NodeLifecycle
@@ -62,6 +63,8 @@ def _rebound(lab: LabHandle, *argv: str) -> subprocess.CompletedProcess[str]:
         REBOUND_CLUSTER_NAME=lab.cfg.cluster_name,
         REBOUND_TEMPORAL__ADDRESS=lab.cfg.temporal_address,
         REBOUND_TEMPORAL__NAMESPACE=lab.cfg.temporal_namespace,
+        REBOUND_AUTH__MUNGE_SOCKET=str(lab.layout.munge_socket),  # every operator action is signed with MUNGE
+        REBOUND_CONFIG=str(lab.layout.rebound_config),
     )
     return subprocess.run(
         [sys.executable, "-m", "workers.cli", *argv], env=env, capture_output=True, text=True, timeout=60, check=False
@@ -136,7 +139,7 @@ async def test_two_jobs_sharing_a_bad_node_drain_it_once_and_both_restart_elsewh
 
 
 async def test_three_nodes_failing_at_once_hold_at_the_cap_and_an_approval_after_a_worker_kill_completes(
-    lab: LabHandle,
+    lab: LabHandle, redteam_user: RedTeamUser
 ) -> None:
     client = await _client(lab)
     job = submit_tracked_demo(lab, "breaker", nodes=4, tasks_per_node=1)
@@ -167,8 +170,8 @@ async def test_three_nodes_failing_at_once_hold_at_the_cap_and_an_approval_after
         # The CLI shows it; a non-operator is refused.
         shown = _rebound(lab, "nodes")
         assert shown.returncode == 0 and pending.id in shown.stdout, shown
-        refused = _rebound(lab, "approve", pending.id, "--as", "mallory")
-        assert refused.returncode == 5 and "may not answer approvals" in refused.stderr, refused
+        refused = redteam_user.rebound("approve", pending.id, "--as", "lab", env=operator_env(lab))
+        assert refused.returncode == 5 and "is not an operator" in refused.stderr, refused
         await asyncio.sleep(3)
         assert [n for n, _ in mark.drains()] == drained, "the breaker let another drain through"
 

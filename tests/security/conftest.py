@@ -19,7 +19,3 @@ def security_lab() -> Iterator[LabHandle]:
     yield LabHandle(lab)
     if os.environ.get("REBOUND_KEEP_LAB") != "1":
         lab.down()
-
-
-# A real non-root Unix user with an environment it can use (the red-team tests act as it).
-from tests.security.redteam import redteam_user  # noqa: E402, F401
