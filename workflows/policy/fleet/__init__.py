@@ -10,13 +10,18 @@ Pure and deterministic: ``now`` is passed in, nothing is read or written, and ev
 2. Ownership: a node someone else drained is evidence, excluded and never touched (``external``); a node Rebound
    already drained is excluded, not drained again; a node the scheduler does not list is excluded.
    A request on the ``exclude`` rung (only the job's word against its nodes: ``workflows.policy.action_ladder``)
-   records a suspicion of each node and drains none, except a node implicated before within
-   ``suspicion_window_s`` (by this job's earlier incident or another job's): implicated again, it goes on to the
-   rules below as a strong suspect, both incidents named (``suspicion``).
+   records a suspicion of each node and drains none. A job's output is a claim (its owner controls it and can
+   submit many jobs): a node implicated before within ``suspicion_window_s`` by a job of another user
+   (``IsolationRequest.user``) goes on to the rules below as a strong suspect, the incidents and users named; one
+   implicated again only by jobs of the same user (or of unknown owners) stays a suspicion and its drain waits for
+   an operator (``suspicion``).
 3. Cross-job correlation: when this request and other jobs' incidents within ``correlation_window_s`` implicate
-   at least two jobs and ``correlation_min_nodes`` distinct nodes, the cause is more likely shared (a switch, a file
-   system): every candidate waits for an operator. A node another job implicated in that window is a strong suspect.
-4. Low confidence (unless a strong suspect) and protected partitions wait for an operator.
+   ``correlation_min_nodes`` distinct nodes, and those jobs belong to at least two distinct known users, the cause
+   is more likely shared (a switch, a file system): every candidate waits for an operator. One user's jobs never
+   make it (they could freeze every drain on purpose). A node another user's job implicated in that window is a
+   strong suspect.
+4. Low confidence (unless a strong suspect) and protected partitions wait for an operator. Each drain's reason
+   names its evidence (the node-level evidence, or the users whose jobs implicated the node).
 5. Breaker: at most ``cap`` drains per sliding window for the cluster and for each partition; the rest wait.
 6. The job's Nth restart (``approve_restart_from``) waits for an operator.
 7. Everything drained, waiting, or drained by others is kept out of the job's next placement; so are the
