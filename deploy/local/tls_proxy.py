@@ -11,7 +11,7 @@ production equivalent.
 $STATE/tls/nginx/nginx.conf     the configuration (holds the API key: root only)
 $STATE/run/tls-proxy.pid        the master's pid (``spawn``'s record); nginx's own copy is tls-proxy.nginx.pid
 $STATE/log/tls-proxy.log        errors, and each TLS refusal with its reason
-$STATE/log/tls-proxy-access.log one line per request: client certificate subject, verdict, status
+$STATE/log/tls-proxy-access.log one line per request: client certificate subject and serial, verdict, status
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ error_log {lay.log_file(SERVICE)} info;
 worker_shutdown_timeout 2s;
 events {{ worker_connections 4096; }}
 http {{
-    log_format rebound '$time_iso8601 $remote_addr :$server_port "$ssl_client_s_dn" $ssl_client_verify '
-                       '$status "$request_method $uri" $request_time';
+    log_format rebound '$time_iso8601 $remote_addr :$server_port "$ssl_client_s_dn" serial=$ssl_client_serial '
+                       '$ssl_client_verify $status "$request_method $uri" $request_time';
     access_log {lay.log_file(SERVICE + "-access")} rebound;
     client_body_temp_path {tmp / "body"};
     proxy_temp_path {tmp / "proxy"};
