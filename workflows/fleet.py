@@ -86,6 +86,10 @@ _UNSIGNED = (
     "which signs each action with MUNGE (update operator_request)"
 )
 
+#: A JobRecovery's request is checked against the scheduler's fresh read before it is decided (its owner and
+#: nodes: ``workflows.policy.fleet.request_check``); histories from before decided requests as they came.
+FLEET_REQUEST_CHECK_PATCH = "13-fleet-request-check"
+
 #: Wake up at least this often to expire approvals and run health checks.
 _MAX_SLEEP_S = 60.0
 
@@ -264,6 +268,11 @@ class FleetWorkflow:
             # Recorded before suspicions existed: every request was a drain request.
             req = req.model_copy(update={"rung": ActionRung.DRAIN})
         view = await self._view(req)
+        checked: tuple[str, ...] = ()
+        if req.reply_to and isinstance(view, FleetView) and workflow.patched(FLEET_REQUEST_CHECK_PATCH):
+            # Believe only what the scheduler confirms: the job's owner, its nodes (docs/security.md).
+            req, checked = policy.checked_request(req, view)
+            why = "; ".join(x for x in (why, *checked) if x)
         now = workflow.now()
         self._state = policy.sync_with_view(self._state, view, now)
         self._state = policy.clear_stale_suspects(self._state, self._policy, now)

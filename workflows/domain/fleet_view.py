@@ -15,7 +15,7 @@ from datetime import datetime
 from workflows.domain.base import Frozen
 from workflows.domain.slurm import SlurmNode
 
-__all__ = ["FleetView", "FleetViewInput", "PlaceableNodes"]
+__all__ = ["FleetView", "FleetViewInput", "JobAllocation", "PlaceableNodes"]
 
 
 class FleetViewInput(Frozen):
@@ -26,6 +26,8 @@ class FleetViewInput(Frozen):
     partition: str | None = None
     """Count the placeable nodes of this partition (comma-separated: any of them; "": the whole cluster); None:
     no placement counts."""
+    job_id: int | None = None
+    """Show this job's owner and allocation (the request's job): what the Fleet checks a request against."""
 
 
 class PlaceableNodes(Frozen):
@@ -36,6 +38,16 @@ class PlaceableNodes(Frozen):
     cpus: int
     """CPUs per node; 0 when unknown."""
     count: int
+
+
+class JobAllocation(Frozen):
+    """A job as the scheduler lists it: who owns it and where it runs (or ran, for a job that just ended)."""
+
+    job_id: int
+    listed: bool
+    """False: the scheduler does not list the job (unknown, or ended long enough ago to be forgotten)."""
+    user: str = ""
+    nodes: tuple[str, ...] = ()
 
 
 class FleetView(Frozen):
@@ -53,6 +65,8 @@ class FleetView(Frozen):
     partition: str | None = None
     """The partition ``placeable`` counts (None: not asked)."""
     placeable: tuple[PlaceableNodes, ...] = ()
+    job: JobAllocation | None = None
+    """The asked job (``FleetViewInput.job_id``); None when none was asked."""
 
     def node(self, name: str) -> SlurmNode | None:
         """The named node, or None when the cluster has no such node.

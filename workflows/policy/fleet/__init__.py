@@ -65,6 +65,7 @@ from workflows.policy.fleet.lifecycle import (
     note_incident,
     sync_with_view,
 )
+from workflows.policy.fleet.request_check import checked_request
 from workflows.policy.fleet.suspicion import MAX_JOB_EXCLUSIONS, active_suspicions
 from workflows.policy.fleet.view import as_fleet_view, build_fleet_view, view_input
 
@@ -77,6 +78,7 @@ __all__ = [
     "MAX_JOB_EXCLUSIONS",
     "active_suspicions",
     "as_fleet_view",
+    "checked_request",
     "build_fleet_view",
     "after_drain",
     "after_health_check",

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from workflows.domain.fleet import FleetState, IsolationRequest
-from workflows.domain.fleet_view import FleetView, FleetViewInput, PlaceableNodes
+from workflows.domain.fleet_view import FleetView, FleetViewInput, JobAllocation, PlaceableNodes
 from workflows.domain.slurm import ClusterSnapshot, NodeBaseState, SlurmNode
 from workflows.policy.fleet.common import unique
 
@@ -39,7 +39,7 @@ def view_input(state: FleetState, req: IsolationRequest | None = None, nodes: It
     if req is None:
         return FleetViewInput(nodes=tuple(unique(named)))
     named += [*req.nodes, *req.excluded_before, *req.owner_excluded]
-    return FleetViewInput(nodes=tuple(unique(named)), partition=req.partition)
+    return FleetViewInput(nodes=tuple(unique(named)), partition=req.partition, job_id=req.job_id)
 
 
 def build_fleet_view(snapshot: ClusterSnapshot, inp: FleetViewInput) -> FleetView:
@@ -60,7 +60,15 @@ def build_fleet_view(snapshot: ClusterSnapshot, inp: FleetViewInput) -> FleetVie
             PlaceableNodes(gpus=gpus, cpus=cpus, count=count)
             for (gpus, cpus), count in sorted(placeable.items(), key=lambda kv: (kv[0][0] is None, kv[0]))
         ),
+        job=None if inp.job_id is None else _allocation(snapshot, inp.job_id),
     )
+
+
+def _allocation(snapshot: ClusterSnapshot, job_id: int) -> JobAllocation:
+    job = snapshot.job(job_id)
+    if job is None:
+        return JobAllocation(job_id=job_id, listed=False)
+    return JobAllocation(job_id=job_id, listed=True, user=job.user, nodes=job.nodes)
 
 
 def as_fleet_view(
