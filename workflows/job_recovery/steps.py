@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         after_requeue,
         after_resume,
         attempt_gpu_events,
+        note_unread_agents,
         requeue_refused,
         resumed_note,
         straggler_choice,
@@ -134,7 +135,8 @@ async def attribute(
         )
     )
     rec.update_status(log_offsets=result.offsets)
-    return result.attribution, result.job_state
+    # A node whose agent did not answer was not looked at: say so (pure, no command: replay-safe).
+    return note_unread_agents(result.attribution, nodes, reports), result.job_state
 
 
 async def announce(rec: Recorder, number: int, anomaly: Anomaly, attribution: Attribution) -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "give_up_before_isolating",
     "hang_policy",
     "job_over",
+    "note_unread_agents",
     "requeue_refused",
     "restart_rejected",
     "resumed_note",
@@ -285,6 +286,19 @@ def attempt_gpu_events(
             if (start is None or e.observed_at is None or e.observed_at >= start) and e not in events
         ]  # fmt: skip
     return tuple(events)
+
+
+def note_unread_agents(
+    attribution: Attribution, nodes: Sequence[str], reports: Sequence[GpuHealthReport | None]
+) -> Attribution:
+    """The attribution, saying which job nodes' agents gave no GPU read (a dead agent is no evidence either way,
+    but an operator reading "rank-crash, exclude" must know that the node's hardware was not looked at)."""
+    unread = [node for node, report in zip(nodes, reports, strict=True) if report is None]
+    if not unread:
+        return attribution
+    note = "; ".join(f"{node}: node agent did not answer (no GPU read)" for node in unread)
+    explanation = f"{attribution.explanation}; {note}" if attribution.explanation else note
+    return attribution.model_copy(update={"explanation": explanation})
 
 
 def throttled_gpus(nodes: Sequence[str], reports: Sequence[GpuHealthReport | None]) -> dict[str, list[str]]:

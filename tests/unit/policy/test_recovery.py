@@ -24,6 +24,7 @@ from workflows.policy.recovery import (
     give_up_before_isolating,
     hang_policy,
     job_over,
+    note_unread_agents,
     requeue_refused,
     restart_rejected,
     scheduler_forgot,
@@ -245,3 +246,16 @@ def test_the_jobs_own_hang_window_overrides_the_learned_one() -> None:
     detection = DetectionPolicy()
     assert hang_policy(detection, RecoverySpec()) == detection.hang
     assert hang_policy(detection, RecoverySpec(hang_after_s=90)).override_s == 90
+
+
+def test_an_unread_agent_is_named_in_the_explanation_and_nothing_else_changes() -> None:
+    att = Attribution(
+        failure_class=FailureClass.HARDWARE, cause="rank-crash", retryable=True, confidence=0.4,
+        implicated_nodes=("n2",), explanation="rank 3 exited 13",
+    )  # fmt: skip
+    noted = note_unread_agents(att, ("n1", "n2"), [GpuHealthReport(host="n1"), None])
+    assert noted.explanation == "rank 3 exited 13; n2: node agent did not answer (no GPU read)"
+    assert noted.model_copy(update={"explanation": att.explanation}) == att  # the verdict itself is untouched
+    assert note_unread_agents(att, ("n1", "n2"), [GpuHealthReport(host="n1"), GpuHealthReport(host="n2")]) is att
+    bare = att.model_copy(update={"explanation": ""})
+    assert note_unread_agents(bare, ("n1",), [None]).explanation == "n1: node agent did not answer (no GPU read)"
