@@ -11,7 +11,6 @@ from temporalio.worker import Worker
 
 from activities.checkpoints.activities import CheckpointActivities
 from activities.logs.attribution import AttributionActivities
-from activities.logs.job_logs import LogPolicy
 from activities.logs.watch import WatchActivities
 from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.activities import SlurmActivities
@@ -22,6 +21,7 @@ from workers.client import connect
 from workers.discovery import build_discovery_activities, start_cluster_watch
 from workers.fleet import build_fleet_activities, start_fleet
 from workers.lifecycle import stop_on_signals
+from workers.log_policy import build_log_policy
 from workers.settings import Settings
 from workers.telemetry import Telemetry, install_telemetry
 from workers.watch_hub import build_scheduler_feed, build_watch_shards, start_watch_shards, watch_workers
@@ -53,6 +53,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
 
     A graceful shutdown matters: after a SIGKILL the next worker waits ~10 s per cached workflow.
     """
+    build_log_policy(settings)  # refuses to start without watch.log_roots, before connecting to anything
     stop = stop or stop_on_signals()
     telemetry = install_telemetry(settings, role="worker")
     try:
@@ -74,7 +75,7 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
     snapshots = build_snapshot_cache(scheduler, settings.watch)
     slurm = SlurmActivities(scheduler, snapshots)
     discovery = build_discovery_activities(client, snapshots, settings)
-    logs = LogPolicy(settings.watch.log_roots, require_owner=settings.watch.log_require_owner)
+    logs = build_log_policy(settings)  # watch.log_roots (required), watch.log_require_owner, logs.*
     checkpoints = CheckpointActivities(logs)  # a job's ckpt= directory is bounded like its log files
     # The resume check looks for a new complete checkpoint of a job that prints no step line (same policy).
     watch = WatchActivities(snapshots, logs, checkpoints=checkpoints.scan)

@@ -7,17 +7,24 @@ import fnmatch
 import glob
 import os
 
-from workflows.domain.bounds import MAX_GLOB_ENTRIES  # the per-job bounds live in one place
+from workflows.domain.bounds import DEFAULT_GLOB_ENTRIES, MAX_GLOB_ENTRIES  # the per-job bounds live in one place
 
-__all__ = ["MAX_GLOB_ENTRIES", "GlobBudget", "bounded_glob"]
+__all__ = ["DEFAULT_GLOB_ENTRIES", "MAX_GLOB_ENTRIES", "GlobBudget", "bounded_glob"]
 
 
 class GlobBudget:
-    """How much more one call's globbing may look at; ``exhausted`` says why it stopped, once it has."""
+    """How much more one call's globbing may look at; ``exhausted`` says why it stopped, once it has.
 
-    def __init__(self) -> None:
-        self.entries = MAX_GLOB_ENTRIES
+    Args:
+        entries: Directory entries the call may visit (``logs.glob_max_entries``), at most ``MAX_GLOB_ENTRIES``.
+    """
+
+    def __init__(self, entries: int = DEFAULT_GLOB_ENTRIES) -> None:
+        self.limit = max(1, min(entries, MAX_GLOB_ENTRIES))
+        self.entries = self.limit
         self.exhausted: str | None = None
+        self.overran = False
+        """The entries ran out (not the file cap): the pattern being expanded then walked too much."""
 
     def listdir(self, directory: str) -> list[os.DirEntry[str]]:
         """The entries of ``directory`` (nothing if it cannot be listed), counted against the budget."""
@@ -29,8 +36,10 @@ class GlobBudget:
             with os.scandir(directory or ".") as it:
                 for entry in it:
                     if self.entries <= 0:
+                        self.overran = True
                         self.exhausted = (
-                            f"the patterns reach more than {MAX_GLOB_ENTRIES} directory entries; the rest are not read"
+                            f"the patterns reach more than {self.limit} directory entries (logs.glob_max_entries): "
+                            "refused until the job's next attempt; name the files more narrowly"
                         )
                         break
                     self.entries -= 1

@@ -12,6 +12,7 @@ from temporalio import activity
 from activities.logs.access import LogAccess
 from activities.logs.patterns import expand_patterns
 from activities.logs.tail import LogTail
+from workflows.domain.bounds import DEFAULT_GLOB_ENTRIES, MAX_FILES
 from workflows.domain.slurm import SlurmJob
 
 __all__ = ["LogPolicy", "log_patterns"]
@@ -36,9 +37,27 @@ class LogPolicy:
     a job could make Rebound read, and show as evidence, any file on the host.
     """
 
-    def __init__(self, roots: Sequence[Path | str] = (), *, require_owner: bool = False) -> None:
+    def __init__(
+        self,
+        roots: Sequence[Path | str] = (),
+        *,
+        require_owner: bool = False,
+        glob_entries: int = DEFAULT_GLOB_ENTRIES,
+        max_files: int = MAX_FILES,
+    ) -> None:
+        """Bind the policy.
+
+        Args:
+            roots: ``watch.log_roots``; empty: no root restriction (the worker refuses to start so:
+                ``workers.log_policy``).
+            require_owner: ``watch.log_require_owner``.
+            glob_entries: ``logs.glob_max_entries``, directory entries one expansion of a job's patterns may visit.
+            max_files: ``logs.max_files``, files one job's patterns may match.
+        """
         self._roots = tuple(roots)
         self._require_owner = require_owner
+        self._glob_entries = glob_entries
+        self._max_files = max_files
         self._reported: dict[int, dict[str, str]] = {}
 
     def access(self, job: SlurmJob | None) -> LogAccess | None:
@@ -61,7 +80,14 @@ class LogPolicy:
         """
         start = job.start_time if job is not None and job.start_time is not None else None
         hosts = job.nodes if job is not None else ()
-        return LogTail(patterns, access=self.access(job), attempt_start=start or datetime.now(UTC), hosts=hosts)
+        return LogTail(
+            patterns,
+            access=self.access(job),
+            attempt_start=start or datetime.now(UTC),
+            hosts=hosts,
+            glob_entries=self._glob_entries,
+            max_files=self._max_files,
+        )
 
     def report(self, job_id: int, tail: LogTail) -> None:
         """Log refused patterns and files once per job and change: an operator must see why evidence is missing."""

@@ -35,9 +35,12 @@ files, so anything below is input, not an error):
 * a call reads at most ``max_bytes_per_file`` per file, ``max_bytes_per_call`` and ``max_lines_per_call`` in all
   (a ``LogLine`` costs about 1.4 KB of memory, so a flood of short lines needs a cap of its own), files with the
   least new data first (a rank's short traceback is not stuck behind another rank's flood);
-* globbing (``activities.logs.globbing``) looks at no more than ``MAX_GLOB_ENTRIES`` directory entries and keeps
-  at most ``MAX_FILES`` files; ``**`` does not descend into symlinked directories (two links to ``.`` would
-  otherwise make the walk exponential); what is cut off is reported in ``LogTail.refused``;
+* globbing (``activities.logs.globbing``) looks at no more than ``glob_entries`` directory entries per expansion
+  (``logs.glob_max_entries``) and keeps at most ``max_files`` files; ``**`` does not descend into symlinked
+  directories (two links to ``.`` would otherwise make the walk exponential); what is cut off is reported in
+  ``LogTail.refused``; a pattern whose walk ran out of entries is refused outright (none of its matches is read)
+  and not walked again by this tail (a job's tail lives for its attempt), so a ``logs=/scratch/**`` costs one
+  bounded walk, not one every few seconds;
 * only regular files are opened (a FIFO, a device or a socket is never opened, a directory is skipped), and a
   file matched under several names (a symlinked directory, a hard link) is read under the first name only;
 * an optional ``LogAccess`` policy (``activities.logs.access``) refuses patterns and files outside the
@@ -59,6 +62,7 @@ from activities.logs.globbing import GlobBudget, bounded_glob
 from activities.logs.line import CLOCK_SKEW, ZONELESS_SLACK, Line, LogLine, decode, has_zone, predates, to_model
 from activities.logs.patterns import FileIdentity, LogPattern, superseded
 from workflows.domain.bounds import (  # the per-job bounds live in one place
+    DEFAULT_GLOB_ENTRIES,
     DEFAULT_MAX_BYTES_PER_CALL,
     DEFAULT_MAX_BYTES_PER_FILE,
     DEFAULT_MAX_LINES_PER_CALL,
@@ -112,6 +116,8 @@ class LogTail:
             and keeps every line (``rebound diagnose`` reads whole files).
         hosts: The job's nodes: a torchrun per-worker file in a directory named after one is that node's
             (``activities.logs.patterns``).
+        glob_entries: Directory entries one expansion of the patterns may visit (``logs.glob_max_entries``).
+        max_files: Files the patterns may match (``logs.max_files``), at most ``MAX_FILES``.
 
     Raises:
         TypeError: ``patterns`` is a single string, or holds something that is not a string.
@@ -124,6 +130,8 @@ class LogTail:
         *,
         attempt_start: datetime | None = None,
         hosts: Iterable[str] = (),
+        glob_entries: int = DEFAULT_GLOB_ENTRIES,
+        max_files: int = MAX_FILES,
     ) -> None:
         if isinstance(patterns, str | bytes):
             raise TypeError("patterns must be a collection of glob patterns, not a single string")
@@ -134,6 +142,9 @@ class LogTail:
         self._refused: dict[str, str] = {}
         self._globbed: tuple[dict[str, LogPattern], dict[str, str]] | None = None
         self._identity: dict[str, tuple[LogPattern, FileIdentity]] = {}  # what a path says: read once per name
+        self._glob_entries = glob_entries
+        self._max_files = max(1, min(max_files, MAX_FILES))
+        self._overran: dict[str, str] = {}  # patterns whose walk ran out of entries: never walked again
 
     @property
     def patterns(self) -> tuple[str, ...]:
@@ -269,7 +280,7 @@ class LogTail:
             pattern, chunk = chunks[path]
             known = self._identity.get(path)
             if known is None or known[0] is not pattern:
-                if len(self._identity) >= MAX_FILES:
+                if len(self._identity) >= self._max_files:
                     self._identity.clear()
                 known = self._identity[path] = (pattern, pattern.identity(path, self._hosts))
             rank, node, _ = known[1]
@@ -307,17 +318,25 @@ class LogTail:
     def _matches(self) -> tuple[dict[str, LogPattern], dict[str, str]]:
         found: dict[str, LogPattern] = {}
         refused: dict[str, str] = {}
-        budget = GlobBudget()
+        budget = GlobBudget(self._glob_entries)
         for pattern in self._patterns:
             reason = self._access.check_pattern(pattern.glob) if self._access is not None else None
-            if reason is None and budget.exhausted:
-                reason = budget.exhausted
+            if reason is None:
+                reason = self._overran.get(pattern.source) or budget.exhausted
             if reason is not None:
                 refused[pattern.source] = reason
                 continue
-            for path in bounded_glob(pattern.glob, budget):
-                if path not in found and len(found) >= MAX_FILES:
-                    budget.exhausted = f"more than {MAX_FILES} files match; the others are not read"
+            matched = bounded_glob(pattern.glob, budget)
+            if budget.overran:
+                # Walked too much: refused whole (a partial walk's files are an accident of directory order), and
+                # never walked again by this tail.
+                self._overran[pattern.source] = refused[pattern.source] = budget.exhausted or ""
+                continue
+            for path in matched:
+                if path not in found and len(found) >= self._max_files:
+                    budget.exhausted = (
+                        f"more than {self._max_files} files match (logs.max_files); the others are not read"
+                    )
                     break
                 found.setdefault(path, pattern)  # the first pattern that names a file says what it is
             if budget.exhausted:

@@ -200,7 +200,9 @@ async def scale_cluster(
         user=(getpass.getuser(), os.getuid()),
         now=time.time(),
     )
-    stack = Stack(work=work, bin_dir=shm / "bin", worker_env=dict(worker_env or {}))
+    # The worker refuses to start without log roots (workers.log_policy): the synthetic jobs write under shm/logs.
+    roots = {"REBOUND_WATCH__LOG_ROOTS": json.dumps([str(shm / "logs")])}
+    stack = Stack(work=work, bin_dir=shm / "bin", worker_env={**roots, **(worker_env or {})})
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

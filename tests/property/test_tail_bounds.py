@@ -167,7 +167,10 @@ def test_the_glob_walk_is_bounded_and_says_so(tmp_path: Path, monkeypatch: pytes
     started = time.perf_counter()
     assert t.read_new({}) == ([], {})
     assert time.perf_counter() - started < 1
-    assert t.refused == {pattern: "the patterns reach more than 500 directory entries; the rest are not read"}
+    assert t.refused == {
+        pattern: "the patterns reach more than 500 directory entries (logs.glob_max_entries): refused until the "
+        "job's next attempt; name the files more narrowly"
+    }
 
 
 _NAMES = ["a", "b", "ab", ".h", "rank-1.log", "x.log", ".x.log"]

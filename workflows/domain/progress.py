@@ -332,13 +332,18 @@ def observe(state: ProgressState, samples: Iterable[ProgressSample | Sample], no
     work: dict[int, _Rank] = {r.rank: _Rank.of(r, state.ring) for r in state.ranks}
     longest = state.longest_gap_s
     ignored = state.ignored
-    untracked = state.untracked
+    # The untracked ranks' lines are folded in plain locals and summarised once: a model copy per line was most of
+    # a poll's CPU for a job whose lines name 16,384 ranks (0.3 s of 0.76 s per poll).
+    folded, highest, last_step, last_at = 0, -1, None, None
     for sample in sorted(samples, key=lambda s: s.at):
         at = min(sample.at, now)
         rank = work.get(sample.rank)
         if rank is None:
             if len(work) >= MAX_TRACKED_RANKS:
-                untracked = _summarise(untracked, sample.rank, at, step=sample.step)
+                folded += 1
+                highest = max(highest, sample.rank)
+                last_step = sample.step if last_step is None else max(last_step, sample.step)
+                last_at = at  # samples come in time order
                 continue
             rank = work[sample.rank] = _Rank.of(RankProgress(rank=sample.rank, first_seen=at), state.ring)
         gap = rank.apply(sample, at, state.restarted_at)
@@ -346,6 +351,9 @@ def observe(state: ProgressState, samples: Iterable[ProgressSample | Sample], no
             ignored += 1
         elif gap > 0:
             longest = max(longest, gap)
+    untracked = state.untracked
+    if folded:
+        untracked = _fold(untracked, folded, highest, last_step, last_at)
     return replaced(
         state,
         {
@@ -361,6 +369,21 @@ def observe(state: ProgressState, samples: Iterable[ProgressSample | Sample], no
 def _within(r: RankProgress, ring: int) -> bool:
     """Whether the rank's rings fit ``ring`` (``observe`` would cut a longer one)."""
     return len(r.gaps_s) <= ring and len(r.step_times_s) <= ring and len(r.compute_times_s) <= ring
+
+
+def _fold(
+    summary: UntrackedRanks | None, count: int, highest: int, step: int | None, at: datetime | None
+) -> UntrackedRanks:
+    """``summary`` with ``count`` more step lines of untracked ranks (the highest rank, step and time among them)."""
+    s = summary or UntrackedRanks(highest_rank=highest)
+    return s.model_copy(
+        update={
+            "highest_rank": max(s.highest_rank, highest),
+            "samples": s.samples + count,
+            "last_step": step if s.last_step is None or step is None else max(s.last_step, step),
+            "last_progress_at": at if s.last_progress_at is None or at is None else max(s.last_progress_at, at),
+        }
+    )
 
 
 def _summarise(summary: UntrackedRanks | None, rank: int, at: datetime, *, step: int | None = None) -> UntrackedRanks:

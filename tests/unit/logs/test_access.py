@@ -262,8 +262,8 @@ def test_glob_limits_are_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     t = _read([pattern, str(tmp_path / "x-*.log")], None)
     assert len(t.lines) == 5
     assert t.refused == {
-        pattern: "more than 5 files match; the others are not read",
-        str(tmp_path / "x-*.log"): "more than 5 files match; the others are not read",
+        pattern: "more than 5 files match (logs.max_files); the others are not read",
+        str(tmp_path / "x-*.log"): "more than 5 files match (logs.max_files); the others are not read",
     }
 
     monkeypatch.setattr(globbing, "MAX_GLOB_ENTRIES", 4)
