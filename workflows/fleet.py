@@ -89,6 +89,8 @@ _UNSIGNED = (
 #: A JobRecovery's request is checked against the scheduler's fresh read before it is decided (its owner and
 #: nodes: ``workflows.policy.fleet.request_check``); histories from before decided requests as they came.
 FLEET_REQUEST_CHECK_PATCH = "13-fleet-request-check"
+#: Patch id: a drain the breaker holds while another breaker approval is pending is not announced again.
+FLEET_ONE_STORM_PAGE = "13-fleet-one-storm-page"
 
 #: Wake up at least this often to expire approvals and run health checks.
 _MAX_SLEEP_S = 60.0
@@ -297,7 +299,9 @@ class FleetWorkflow:
                 )
                 approvals.append(approval.id)
                 self._publish_pending()  # findable in the UI at once, not after this round's health checks
-                await self._announce(approval)
+                # A drain storm pages once: a later held drain joins the pending one's announcement (issue 13).
+                if not (policy.storm_announced(self._state, approval) and workflow.patched(FLEET_ONE_STORM_PAGE)):
+                    await self._announce(approval)
         decision = IsolationDecision(
             request_id=req.request_id,
             mode=self._state.mode,

@@ -18,6 +18,7 @@ from workflows.domain.fleet import (
 )
 from workflows.domain.notify import Notification, NotificationKind, NotifyField, Severity
 from workflows.domain.progress import aware
+from workflows.policy.fleet.breaker import BREAKER_HOLD
 from workflows.policy.fleet.common import age_s, span, unique
 
 __all__ = [
@@ -26,7 +27,9 @@ __all__ = [
     "answer_approval",
     "approval_notification",
     "expire_approvals",
+    "held_by_breaker",
     "open_approval",
+    "storm_announced",
     "validate_answer",
 ]
 
@@ -162,9 +165,41 @@ def expire_approvals(state: FleetState, policy: FleetPolicy, now: datetime) -> t
     return state.model_copy(update={"approvals": _bounded_approvals(approvals)}), expired
 
 
+def held_by_breaker(approval: Approval) -> bool:
+    """A drain approval opened because the breaker's cap was reached (not because a rule wants an operator)."""
+    return approval.kind is ApprovalKind.DRAIN and any(BREAKER_HOLD in r for r in approval.reasons)
+
+
+def storm_announced(state: FleetState, approval: Approval) -> Approval | None:
+    """The pending breaker approval that already told people about this drain storm, if ``approval`` is one more
+    drain the breaker holds; None when ``approval`` must be announced.
+
+    A storm (a bad rack, a driver push) implicates many nodes through many jobs, each job's request held by the
+    breaker in its own approval: one page per job would bury the operator when one decision is needed. The first
+    held drain is announced (saying that later ones are not, and where to see them: ``rebound nodes``); the
+    others wait in ``rebound nodes`` under the same deadline rule, until that approval is answered or expires.
+    """
+    if not held_by_breaker(approval):
+        return None
+    return next(
+        (
+            a
+            for a in state.approvals
+            if a.id != approval.id and a.outcome is ApprovalOutcome.PENDING and held_by_breaker(a)
+        ),
+        None,
+    )
+
+
 def approval_notification(approval: Approval, cluster: str, policy: FleetPolicy, fleet_id: str) -> Notification:
     """What tells people that an action waits for them (``rebound approve|reject`` before the deadline)."""
     what = ", ".join(approval.nodes) or f"restart of job {approval.request.job_id}"
+    storm = (
+        "\nThe breaker is open: further drains it holds while this approval is pending are not announced one by "
+        "one; `rebound nodes` lists them."
+        if held_by_breaker(approval)
+        else ""
+    )
     return Notification(
         kind=NotificationKind.APPROVAL_NEEDED,
         job_id=approval.request.job_id,
@@ -172,7 +207,7 @@ def approval_notification(approval: Approval, cluster: str, policy: FleetPolicy,
         title=f"Approval {approval.id}: {approval.kind.value} {what}"[:300],
         text="; ".join(approval.reasons)[:1500]
         + f"\n`rebound approve {approval.id}` or `rebound reject {approval.id}` before "
-        f"{approval.deadline:%H:%M:%S} UTC (then: {policy.approval_default.value})",
+        f"{approval.deadline:%H:%M:%S} UTC (then: {policy.approval_default.value})" + storm,
         severity=Severity.WARNING,
         fields=(NotifyField(key="cause", value=approval.request.cause),),
         idempotency_key=f"{fleet_id}/approval/{approval.id}",

@@ -18,7 +18,11 @@ from workflows.domain.progress import aware
 from workflows.domain.slurm import SlurmNode
 from workflows.policy.fleet.common import span, within
 
-__all__ = ["apply_breaker", "breaker_status"]
+__all__ = ["BREAKER_HOLD", "apply_breaker", "breaker_status"]
+
+#: In every reason of a drain the breaker holds (``<node>: breaker: ... cap ... reached``): how an approval tells
+#: a drain held by the cap (a storm) from one held by a rule (one user's claims, low confidence).
+BREAKER_HOLD = ": breaker: "
 
 #: Added before flooring a cap: 0.29 x 100 is 28.999999999999996 in floating point, and must allow 29.
 _FLOOR_EPSILON = 1e-9
@@ -74,7 +78,7 @@ def apply_breaker(
         if used >= cap:
             hold.append(node.name)
             reasons.append(
-                f"{node.name}: breaker: cluster cap {cap} reached ({used} drains in the last {window}; cap = "
+                f"{node.name}{BREAKER_HOLD}cluster cap {cap} reached ({used} drains in the last {window}; cap = "
                 f"max(1, min({policy.breaker_max_nodes}, {policy.breaker_max_fraction:g} x {view.node_count} nodes)))"
             )
             continue
@@ -84,7 +88,7 @@ def apply_breaker(
             p = full[0]
             hold.append(node.name)
             reasons.append(
-                f"{node.name}: breaker: partition {p!r} cap {_partition_cap(policy, part_size[p])} reached "
+                f"{node.name}{BREAKER_HOLD}partition {p!r} cap {_partition_cap(policy, part_size[p])} reached "
                 f"({part_used[p]} drains in the last {window}; cap = max(1, {policy.breaker_max_fraction:g} x "
                 f"{part_size[p]} nodes))"
             )
