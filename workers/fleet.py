@@ -20,7 +20,8 @@ log = logging.getLogger("rebound.fleet")
 
 
 def build_fleet_activities(client: Client, scheduler: SchedulerPort, settings: Settings) -> list[Callable[..., Any]]:
-    """``fleet_request_isolation``, ``fleet_view`` (and ``fleet_cluster_view`` for older Fleets), ``fleet_resume_node``
+    """``fleet_request_isolation``, ``fleet_view`` (and ``fleet_cluster_view`` for older Fleets), ``fleet_resume_node``,
+    ``fleet_confirm_decision``
     for ``Worker(activities=...)``."""
     acts = FleetActivities(
         client,
@@ -29,7 +30,7 @@ def build_fleet_activities(client: Client, scheduler: SchedulerPort, settings: S
         task_queue=settings.temporal.task_queue,
         policy=settings.fleet,
     )
-    return [acts.request_isolation, acts.view, acts.cluster_view, acts.resume_node]
+    return [acts.request_isolation, acts.view, acts.cluster_view, acts.resume_node, acts.confirm_decision]
 
 
 async def start_fleet(client: Client, settings: Settings) -> None:

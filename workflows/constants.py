@@ -57,6 +57,7 @@ __all__ = [
     "REQUEST_ISOLATION_SIGNAL",
     "RESET_BREAKER_UPDATE",
     "OPERATOR_REQUEST_UPDATE",
+    "FLEET_DECISION_QUERY",
     "RESTART_COUNT",
     "RESUME_UPDATE",
     "SET_MODE_UPDATE",
@@ -126,6 +127,10 @@ RESET_BREAKER_UPDATE = "reset_breaker"
 #: mode and breaker reset on the Fleet (-> ``FleetStatus``), pause and resume on a JobRecovery (->
 #: ``JobRecoveryStatus``). The unsigned updates above are refused for new calls (kept for recorded histories).
 OPERATOR_REQUEST_UPDATE = "operator_request"
+#: Fleet query: its own record of the decision on one request id (``IsolationDecision`` or None). A JobRecovery
+#: confirms every ``isolation_decided`` signal with it: a signal anyone could send, the Fleet's state nobody else
+#: writes.
+FLEET_DECISION_QUERY = "decision"
 
 # ----- task queues and workflow ids ----------------------------------------------------------------------------
 #: The central worker's task queue (workflows and cluster-level activities).

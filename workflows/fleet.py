@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import metrics, operator_gate
     from workflows.constants import (
         ANSWER_APPROVAL_UPDATE,
+        FLEET_DECISION_QUERY,
         FLEET_WORKFLOW,
         ISOLATION_DECIDED_SIGNAL,
         NODE_GPU_FAULT_SIGNAL,
@@ -134,6 +135,13 @@ class FleetWorkflow:
     )
     def status(self) -> FleetStatus:
         return FleetStatus(state=self._state, breaker=self._breaker(), policy=self._policy)
+
+    @workflow.query(
+        name=FLEET_DECISION_QUERY,
+        description="The Fleet's own record of its decision on one request id (JobRecovery confirms every answer).",
+    )
+    def decision(self, request_id: str) -> IsolationDecision | None:
+        return policy.find_decision(self._state, request_id)
 
     @workflow.update(
         name=ANSWER_APPROVAL_UPDATE,

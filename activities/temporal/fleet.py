@@ -7,15 +7,15 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import classified_errors
 from activities.slurm.port import SchedulerPort
-from activities.temporal.rebound_workflows import signal_fleet_request
+from activities.temporal.rebound_workflows import query_fleet_decision, signal_fleet_request
 from workflows.constants import fleet_workflow_id
 from workflows.domain.base import Frozen
 from workflows.domain.errors import FailureKind, ReboundError
-from workflows.domain.fleet import FleetInput, FleetPolicy, IsolationRequest
+from workflows.domain.fleet import FleetInput, FleetPolicy, IsolationDecision, IsolationRequest
 from workflows.domain.fleet_view import FleetView, FleetViewInput
 from workflows.domain.slurm import ClusterSnapshot
 from workflows.policy.fleet.view import build_fleet_view
@@ -64,6 +64,19 @@ class FleetActivities:
         except RPCError as e:
             raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, f"signalling {wf_id}: {e.message}") from e
         return wf_id
+
+    @activity.defn(name="fleet_confirm_decision")
+    async def confirm_decision(self, request_id: str) -> IsolationDecision | None:
+        """The Fleet's own record of its decision on ``request_id`` (None: it made none), read by query: what a
+        JobRecovery acts on, whatever an ``isolation_decided`` signal said."""
+        if self._client is None:
+            raise ReboundError(FailureKind.CONFIGURATION, "this worker has no Temporal client for the Fleet")
+        try:
+            return await query_fleet_decision(self._client, self._cluster, request_id)
+        except RPCError as e:
+            if e.status is RPCStatusCode.NOT_FOUND:
+                return None  # Temporal's definite word: no Fleet runs, so it decided nothing
+            raise ReboundError(FailureKind.TEMPORAL_UNREACHABLE, f"querying the Fleet: {e.message}") from e
 
     @activity.defn(name="fleet_cluster_view")
     async def cluster_view(self) -> ClusterSnapshot:

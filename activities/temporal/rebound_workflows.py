@@ -29,6 +29,7 @@ from workflows.constants import (
     CLUSTER_WATCH_WORKFLOW,
     FEED_RESEND_SIGNAL,
     FEED_UPDATE_SIGNAL,
+    FLEET_DECISION_QUERY,
     FLEET_WORKFLOW,
     GPU_FAULT_REPORTED_SIGNAL,
     JOB_ID,
@@ -55,6 +56,7 @@ from workflows.domain.discovery import ClusterWatchInput
 from workflows.domain.fleet import (
     FleetInput,
     FleetStatus,
+    IsolationDecision,
     IsolationRequest,
     NodeGpuFault,
 )
@@ -68,6 +70,7 @@ from workflows.policy.restart_strategy import in_lineage
 __all__ = [
     "audit_schedule_action",
     "fleet_operator_request",
+    "query_fleet_decision",
     "job_operator_request",
     "lineage_workflow_id",
     "query_fleet_status",
@@ -348,6 +351,15 @@ async def query_fleet_status(client: Client, cluster: str, *, timeout_s: float |
     query = client.get_workflow_handle(fleet_workflow_id(cluster)).query(STATUS_QUERY, result_type=FleetStatus)
     status: FleetStatus = await asyncio.wait_for(query, timeout=timeout_s)
     return status
+
+
+async def query_fleet_decision(client: Client, cluster: str, request_id: str) -> IsolationDecision | None:
+    """The Fleet's own record of its decision on ``request_id`` (None: none)."""
+    handle = client.get_workflow_handle(fleet_workflow_id(cluster))
+    decision: IsolationDecision | None = await handle.query(
+        FLEET_DECISION_QUERY, request_id, result_type=IsolationDecision | None  # type: ignore[arg-type]
+    )
+    return decision
 
 
 async def _fleet_update(client: Client, cluster: str, update: str, arg: Any, result_type: type[Any]) -> Any:

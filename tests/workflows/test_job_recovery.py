@@ -25,8 +25,8 @@ from activities.temporal.fleet import FleetActivities
 from activities.webhooks.notify import NotifyActivities
 from tests.fakes.scheduler import FakeScheduler
 from tests.munge_support import MungeLab
-from workflows.constants import CAUSE, OPERATOR_REQUEST_UPDATE, RECOVERY_STATE
-from workflows.domain.fleet import FleetMode, FleetPolicy
+from workflows.constants import CAUSE, OPERATOR_REQUEST_UPDATE, RECOVERY_STATE, isolation_request_id
+from workflows.domain.fleet import FleetMode, FleetPolicy, IsolationDecision
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.incident import ActionKind, ActionRung
 from workflows.domain.operators import OperatorAction, OperatorActionKind, OperatorRequest
@@ -100,6 +100,7 @@ class Harness:
                 fleet.cluster_view,
                 fleet.view,
                 fleet.resume_node,
+                fleet.confirm_decision,
                 NotifyActivities(None).notify_webhook,  # no webhook configured: "disabled" at once
                 *([self.munge.verifier(self.operators).verify] if self.munge else []),
                 *self.extra_activities(),
@@ -351,3 +352,30 @@ async def test_observe_mode_records_the_decision_and_touches_nothing(
     assert inc.attribution is not None and inc.attribution.implicated_nodes == (h.nodes[1],)
     assert inc.actions == () and inc.outcome.startswith("observed only")
     assert not h.sched.nodes[h.nodes[1]].is_drained and h.sched.jobs[job.job_id].restart_count == 0
+
+
+async def test_a_forged_fleet_answer_is_ignored_and_the_fleets_own_decides(h: Harness) -> None:
+    """``isolation_decided`` is a signal anyone who reaches Temporal can send; the job acts only on the Fleet's own
+    record (a query). A forged answer sent ahead of the request (its id is predictable) says "observe only" and
+    "exclude the other node"; the Fleet (acting) really decides, and that is what happens."""
+    job = h.sched.submit(h.nodes[:2], name="llm")
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    forged = IsolationDecision(
+        request_id=isolation_request_id(handle.id, 1),
+        mode=FleetMode.OBSERVE,
+        act=False,
+        exclude=(h.nodes[0],),
+        reasons=("forged",),
+        decided_at=datetime.now(UTC),
+    )
+    await handle.signal(JobRecoveryWorkflow.isolation_decided, forged)
+
+    ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    h.log(job.job_id, 2, f"{ts} [ERROR] rank=2/4 node={h.nodes[1]} step=8 fatal error: exiting with code 13")
+    h.sched.fail_job(job.job_id, exit_code=13)
+    st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
+    assert any(e.event == "FLEET" and "forged?" in e.detail for e in st.timeline)
+    assert _actions(st, ActionKind.REQUEUE) == [str(job.job_id)]  # the Fleet acts; the forgery said observe only
+    requeued = h.sched.jobs[job.job_id]
+    assert h.nodes[1] in requeued.excluded_nodes and h.nodes[0] not in requeued.excluded_nodes

@@ -7,7 +7,7 @@ workflow keeps the answers in its state and these helpers wait for the one they 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from temporalio import workflow
@@ -21,7 +21,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policy.action_ladder import describe_evidence
     from workflows.policy.recovery import fleet_silent
 
-__all__ = ["Placement", "await_decision", "isolation_request", "send_request"]
+__all__ = ["CONFIRM_DECISION_PATCH", "Placement", "await_decision", "isolation_request", "send_request"]
+
+#: Every signalled decision is confirmed against the Fleet's own record before the job acts on it (issue 13);
+#: histories from before acted on the signal.
+CONFIRM_DECISION_PATCH = "13-confirm-fleet-decision"
 
 
 class Placement(NamedTuple):
@@ -97,16 +101,45 @@ async def send_request(req: IsolationRequest) -> None:
 
 
 async def await_decision(
-    req: IsolationRequest, answer: Callable[[], IsolationDecision | None], *, timeout_s: float, number: int
+    req: IsolationRequest,
+    answer: Callable[[], IsolationDecision | None],
+    *,
+    timeout_s: float,
+    number: int,
+    confirmed: Callable[[IsolationDecision | None, IsolationDecision], None] | None = None,
 ) -> IsolationDecision:
-    """The Fleet's answer to ``req`` (``answer`` reads it from the workflow's state); none in time: observe mode."""
-    try:
-        await workflow.wait_condition(
-            lambda: answer() is not None,
-            timeout=timeout_s,
-            timeout_summary=f"the Fleet's answer to incident {number} (may wait for an operator)",
+    """The Fleet's answer to ``req`` (``answer`` reads it from the workflow's state); none in time: observe mode.
+
+    With ``confirmed`` (patch ``CONFIRM_DECISION_PATCH``), each signalled answer is confirmed against the Fleet's
+    own record (a query): anyone who can reach Temporal can signal ``isolation_decided``. ``confirmed(record,
+    signalled)`` stores the Fleet's record in place of the signal (None: the Fleet made no such decision, and the
+    signal is dropped); the wait goes on until a confirmed answer or the timeout.
+    """
+    deadline = workflow.now() + timedelta(seconds=timeout_s)
+    while True:
+        left = (deadline - workflow.now()).total_seconds()
+        try:
+            await workflow.wait_condition(
+                lambda: answer() is not None,
+                timeout=max(left, 0.001),
+                timeout_summary=f"the Fleet's answer to incident {number} (may wait for an operator)",
+            )
+        except TimeoutError:
+            return fleet_silent(req.request_id, timeout_s)
+        signalled = answer()
+        if signalled is None:  # not after the wait
+            return fleet_silent(req.request_id, timeout_s)
+        if confirmed is None or not workflow.patched(CONFIRM_DECISION_PATCH):
+            return signalled
+        record: IsolationDecision | None = await workflow.execute_activity_method(
+            FleetActivities.confirm_decision,
+            req.request_id,
+            summary=f"Confirm the Fleet's answer to incident {number}",
+            **FLEET_REQUEST,
         )
-    except TimeoutError:
-        return fleet_silent(req.request_id, timeout_s)
-    decision = answer()
-    return decision if decision is not None else fleet_silent(req.request_id, timeout_s)  # None: not after the wait
+        confirmed(record, signalled)
+        if record is not None:
+            return record
+        # A forged answer may have come before the request was ever sent (its id is predictable): ask (again; the
+        # Fleet answers a repeated request id with the decision it already made).
+        await send_request(req)

@@ -23,6 +23,7 @@ from workflows.domain.recovery import (
 
 __all__ = [
     "carry",
+    "confirm_decision",
     "decision_for",
     "gpu_event_key",
     "incident_of_request",
@@ -62,6 +63,16 @@ def take_decision(state: JobRecoveryState, decision: IsolationDecision) -> JobRe
     """The Fleet's answer (or a later word) on one request; the newest ``MAX_CARRIED_INCIDENTS`` are kept."""
     others = tuple(d for d in state.decisions if d.request_id != decision.request_id)
     return state.model_copy(update={"decisions": (*others, decision)[-MAX_CARRIED_INCIDENTS:]})
+
+
+def confirm_decision(
+    state: JobRecoveryState, record: IsolationDecision | None, signalled: IsolationDecision
+) -> JobRecoveryState:
+    """The Fleet's own record of a decision replaces what a signal said; a signal for a decision the Fleet never
+    made (forged) is dropped."""
+    others = tuple(d for d in state.decisions if d.request_id != signalled.request_id)
+    kept = others if record is None else (*others, record)
+    return state.model_copy(update={"decisions": kept[-MAX_CARRIED_INCIDENTS:]})
 
 
 def incident_of_request(state: JobRecoveryState, request_id: str) -> int | None:

@@ -197,11 +197,17 @@ async def isolate(rec: Recorder, number: int, job: SlurmJob, attribution: Attrib
     if state.decision_for(rec.state, req.request_id) is None:
         await fleet_exchange.send_request(req)
         rec.record("FLEET", f"asked (request {req.request_id})", number)
+    def confirmed(record: IsolationDecision | None, signalled: IsolationDecision) -> None:
+        rec.state = state.confirm_decision(rec.state, record, signalled)
+        if record is None:
+            rec.record("FLEET", "ignored an answer the Fleet has no record of (not the Fleet's: forged?)", number)
+
     decision = await fleet_exchange.await_decision(
         req,
         lambda: state.decision_for(rec.state, req.request_id),
         timeout_s=rec.inp.fleet_answer_timeout_s,
         number=number,
+        confirmed=confirmed,
     )
     rec.record_decision(number, decision)
     if not ladder or not decision.act:
