@@ -22,7 +22,11 @@ import httpx
 import pytest
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, PollWorkflowTaskQueueRequest
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    PollActivityTaskQueueRequest,
+    PollWorkflowTaskQueueRequest,
+)
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 from temporalio.worker import Worker
@@ -33,6 +37,7 @@ from tests.lab_support import REPO, LabHandle
 from tests.security.transport_workflows import GATE_SIGNAL, EchoWorkflow, GateWorkflow, echo
 from workers.client import certificate_reloader, connect
 from workers.settings import TemporalSettings
+from workflows.constants import DEFAULT_TASK_QUEUE, node_task_queue
 from workflows.domain.errors import FailureKind, ReboundError
 
 pytestmark = [pytest.mark.lab]
@@ -173,6 +178,19 @@ async def test_a_client_without_a_good_certificate_cannot_poll_or_signal(securit
                 timeout=timedelta(seconds=10),
             )
         assert_unauthenticated(poll.value)
+        # Rebound's own queues (the central worker's activities, a node agent's GPU reads): refused alike.
+        for real_queue in (DEFAULT_TASK_QUEUE, node_task_queue(security_lab.nodes[0])):
+            with pytest.raises((RPCError, RuntimeError)) as activity_poll:
+                await rogue_client.workflow_service.poll_activity_task_queue(
+                    PollActivityTaskQueueRequest(
+                        namespace=security_lab.cfg.temporal_namespace,
+                        task_queue=TaskQueue(name=real_queue),
+                        identity=f"rogue-{rogue}",
+                    ),
+                    timeout=timedelta(seconds=10),
+                )
+            assert_unauthenticated(activity_poll.value)
+            assert not any(p.startswith("rogue") for p in await pollers(observer, real_queue))
         with pytest.raises((RPCError, RuntimeError)) as signal:
             await rogue_client.get_workflow_handle(workflow_id).signal(GATE_SIGNAL)
         assert_unauthenticated(signal.value)
