@@ -6,6 +6,7 @@ import asyncio
 import re
 import socket
 from collections.abc import Sequence
+from typing import Literal
 
 from temporalio.client import Client, Interceptor, Plugin
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -13,7 +14,7 @@ from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
 from workers.settings import TemporalSettings
-from workers.tls_reload import CERT_CHECK_INTERVAL_S, CertificateReloader
+from workers.tls_reload import CertificateReloader
 from workflows.domain.errors import FailureKind, ReboundError
 
 
@@ -35,25 +36,29 @@ async def connect(
     identity: str | None = None,
     runtime: Runtime | None = None,
     interceptors: Sequence[Interceptor] = (),
-    cert_check_s: float | None = CERT_CHECK_INTERVAL_S,
+    cert_check_s: float | None | Literal["settings"] = "settings",
 ) -> Client:
     """Connect with the pydantic data converter (workers inherit it from the client).
 
     ``runtime`` and ``interceptors`` come from ``workers.telemetry.install_telemetry`` (metrics exporter, tracing);
     workers built from the client inherit the interceptors too. With TLS files, the client carries a
     ``CertificateReloader``: while a worker built from it runs, the files are re-read every ``cert_check_s`` seconds
-    and a rotation moves the client and its workers to a new connection (None: never re-read).
+    (``temporal.tls_reload_s`` by default) and a rotation moves the client and its workers to a new connection
+    (None: never re-read).
 
     Raises:
         ReboundError: TEMPORAL_UNREACHABLE when the frontend does not answer in time; CONFIGURATION when a
-            certificate file cannot be read, or the frontend (or the TLS proxy before it) refuses Rebound's
-            credentials, or its own certificate is not one ``tls_server_ca_path`` trusts: retrying cannot help.
+            certificate file cannot be read; TEMPORAL_AUTH when the frontend (or the TLS proxy before it) refuses
+            Rebound's credentials, or its own certificate is not one ``tls_server_ca_path`` trusts: retrying cannot
+            help.
     """
 
     async def reconnect() -> Client:
         return await _connect(settings, identity=identity, runtime=runtime, interceptors=interceptors, plugins=())
 
     files = (settings.tls_server_ca_path, settings.tls_client_cert_path, settings.tls_client_key_path)
+    if cert_check_s == "settings":
+        cert_check_s = settings.tls_reload_s
     reloader = None
     if cert_check_s is not None and settings.uses_tls and any(files):
         reloader = CertificateReloader(settings, reconnect, interval_s=cert_check_s)
@@ -119,7 +124,7 @@ _SERVER_CERT_REASONS = {
 
 def classify_connect_error(settings: TemporalSettings, error: BaseException) -> ReboundError:
     """A failed connect as an operator can act on it: refused credentials and an untrusted server are
-    CONFIGURATION (permanent, with the reason the server or the proxy gave), anything else TEMPORAL_UNREACHABLE.
+    TEMPORAL_AUTH (permanent, with the reason the server or the proxy gave), anything else TEMPORAL_UNREACHABLE.
 
     The SDK reports all of them as one ``RuntimeError`` whose text carries the gRPC status or the TLS error; this
     is the only place that reads it.
@@ -129,7 +134,7 @@ def classify_connect_error(settings: TemporalSettings, error: BaseException) -> 
     refused = _STATUS_MESSAGE.search(text)
     if refused:
         return ReboundError(
-            FailureKind.CONFIGURATION,
+            FailureKind.TEMPORAL_AUTH,
             f"{where} refused Rebound's credentials: {refused.group(2)}. Check REBOUND_TEMPORAL__TLS_CLIENT_CERT_PATH "
             "and _KEY_PATH (a certificate of the CA the server trusts, not expired) and REBOUND_TEMPORAL__API_KEY.",
         )
@@ -137,7 +142,7 @@ def classify_connect_error(settings: TemporalSettings, error: BaseException) -> 
     if untrusted:
         reason = _SERVER_CERT_REASONS.get(untrusted.group(1), untrusted.group(1))
         return ReboundError(
-            FailureKind.CONFIGURATION,
+            FailureKind.TEMPORAL_AUTH,
             f"{where} is not trusted: its TLS certificate is {reason}. Check REBOUND_TEMPORAL__TLS_SERVER_CA_PATH "
             "and REBOUND_TEMPORAL__TLS_SERVER_NAME.",
         )

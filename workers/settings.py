@@ -77,6 +77,13 @@ class TemporalSettings(Section):
     tls_server_name: str | None = Field(None, description="Override the TLS server name (SNI).")
     api_key: SecretStr | None = Field(None, description="API key (Temporal Cloud and compatible servers).")
     connect_timeout_s: float = Field(10.0, gt=0, description="Give up connecting after this many seconds.")
+    tls_reload_s: float | None = Field(
+        5.0,
+        gt=0,
+        description="A running worker or node agent re-reads its TLS files (server CA, client certificate and key) "
+        "this often and moves to a new connection when they change (certificate rotation without a restart; "
+        "docs/operations.md). None: never re-read.",
+    )
     query_timeout_s: float = Field(10.0, gt=0, description="Client-side limit on queries (they hang with no worker).")
     max_concurrent_activities: int = Field(
         200,

@@ -31,7 +31,8 @@ __all__ = ["CERT_CHECK_INTERVAL_S", "CertificateReloader", "tls_files_digest"]
 
 log = logging.getLogger(__name__)
 
-#: How often the TLS files are compared with the ones in use (reading three small files: negligible).
+#: How often the TLS files are compared with the ones in use (reading three small files: negligible); the
+#: default of ``temporal.tls_reload_s``.
 CERT_CHECK_INTERVAL_S = 5.0
 
 Reconnect = Callable[[], Awaitable[Client]]

@@ -153,7 +153,7 @@ async def test_a_client_without_a_good_certificate_cannot_poll_or_signal(securit
         key = pki.bad_key(key_name) if key_name else None
         with pytest.raises(ReboundError) as refused:
             await connect(tls_settings(security_lab, role=None, cert=cert, key=key))
-        assert refused.value.kind is FailureKind.CONFIGURATION
+        assert refused.value.kind is FailureKind.TEMPORAL_AUTH
         assert reason in refused.value.message
         # A raw client (the API key too: only the certificate is wrong) polls the queue and forges the signal.
         rogue_client = await Client.connect(
@@ -211,7 +211,7 @@ async def test_the_api_key_reaches_the_proxy(security_lab: LabHandle) -> None:
     for api_key in (None, "not-the-key"):
         with pytest.raises(ReboundError) as refused:
             await connect(tls_settings(security_lab, api_key=api_key))
-        assert refused.value.kind is FailureKind.CONFIGURATION
+        assert refused.value.kind is FailureKind.TEMPORAL_AUTH
         assert "missing or wrong API key (authorization: Bearer)" in refused.value.message
     assert await connect(tls_settings(security_lab))  # the lab's key
 

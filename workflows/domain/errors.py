@@ -13,6 +13,8 @@ at the activity boundary; workflows and retry policies match on these values, ne
     └── permanent (retrying the same request cannot help)
         ├── SCHEDULER_AUTH             the scheduler refused Rebound's credentials (slurmrestd JWT, munge, TLS):
         │                              an operator must fix a token or a setting; never read as "unreachable"
+        ├── TEMPORAL_AUTH              the Temporal frontend (or its TLS proxy) refused Rebound's certificate or API
+        │                              key, or its own certificate is not one Rebound trusts: never "unreachable"
         ├── SCHEDULER_REJECTED         the scheduler refused the request (bad id, not allowed, wrong state)
         ├── SCHEDULER_UNSUPPORTED      this backend cannot do that (e.g. drain over the 22.05 REST API)
         ├── SCHEDULER_BAD_RESPONSE     output that does not parse: a version we do not understand
@@ -35,6 +37,7 @@ class FailureKind(StrEnum):
     TEMPORAL_UNREACHABLE = "TEMPORAL_UNREACHABLE"
     GPU_SOURCE_UNAVAILABLE = "GPU_SOURCE_UNAVAILABLE"
     SCHEDULER_AUTH = "SCHEDULER_AUTH"
+    TEMPORAL_AUTH = "TEMPORAL_AUTH"
     SCHEDULER_REJECTED = "SCHEDULER_REJECTED"
     SCHEDULER_UNSUPPORTED = "SCHEDULER_UNSUPPORTED"
     SCHEDULER_BAD_RESPONSE = "SCHEDULER_BAD_RESPONSE"

@@ -26,7 +26,7 @@ SETTINGS = TemporalSettings(address="127.0.0.1:7234", tls=True)
 
 def test_a_refused_certificate_names_the_reason() -> None:
     err = classify_connect_error(SETTINGS, RuntimeError(EXPIRED))
-    assert err.kind is FailureKind.CONFIGURATION
+    assert err.kind is FailureKind.TEMPORAL_AUTH
     assert "refused Rebound's credentials: client certificate rejected by the TLS proxy" in err.message
     assert "certificate has expired" in err.message
     assert "Traceback" not in err.message and "MetadataMap" not in err.message
@@ -34,7 +34,7 @@ def test_a_refused_certificate_names_the_reason() -> None:
 
 def test_an_untrusted_server_is_a_configuration_error() -> None:
     err = classify_connect_error(SETTINGS, RuntimeError(WRONG_CA))
-    assert err.kind is FailureKind.CONFIGURATION
+    assert err.kind is FailureKind.TEMPORAL_AUTH
     assert "not trusted" in err.message and "tls_server_ca_path does not hold" in err.message
 
 
