@@ -61,10 +61,22 @@ def test_the_policy_is_built_with_the_roots_and_the_glob_bounds(tmp_path: Path) 
     with pytest.raises(ReboundError) as refused:
         build_log_policy(Settings())
     assert refused.value.kind is FailureKind.CONFIGURATION and refused.value.message == MISSING_ROOTS
-    policy = build_log_policy(Settings(watch={"log_roots": [tmp_path]}, logs={"glob_max_entries": 500}))
+    policy = build_log_policy(Settings(watch={"log_roots": [tmp_path]}, logs={"glob_max_entries": 100, "max_files": 3}))
     tail = policy.tail(["/etc/*"], _job(os.getuid()), 7)
-    assert tail.read_new({}) == ([], {"\x00since": tail.read_new({})[1]["\x00since"]})
-    assert "outside the log roots" in tail.refused["/etc/*"]
+    lines, _ = tail.read_new({})
+    assert lines == [] and "outside the log roots" in tail.refused["/etc/*"]
+    for i in range(150):
+        (tmp_path / f"f{i:03}.log").write_text("")
+    wide = policy.tail([str(tmp_path / "*.log")], _job(os.getuid()), 7)
+    wide.read_new({})
+    assert "more than 100 directory entries (logs.glob_max_entries)" in wide.refused[str(tmp_path / "*.log")]
+    (tmp_path / "few").mkdir()
+    for i in range(5):
+        (tmp_path / "few" / f"r{i}.log").write_text(f"{i}\n")
+    few = policy.tail([str(tmp_path / "few" / "*.log")], _job(os.getuid()), 7)
+    _, offsets = few.read_new({})
+    assert len([p for p in offsets if not p.startswith("\x00")]) == 3
+    assert "more than 3 files match (logs.max_files)" in few.refused[str(tmp_path / "few" / "*.log")]
 
 
 # ----- logs=/** ------------------------------------------------------------------------------------------------
