@@ -250,6 +250,10 @@ class DiscoveryActivities:
                     activity.logger.warning("job %s is not monitored: %s (comment %r)", job.job_id, e, job.comment)
                 continue
             if spec is not None:
+                if spec.capped and self._warned.get(job.job_id) != job.comment:
+                    # Once per comment; the job's timeline says so too (CAPPED), once its JobRecovery starts.
+                    self._warned[job.job_id] = job.comment
+                    activity.logger.warning("job %s: comment clamped: %s", job.job_id, "; ".join(spec.capped))
                 token = token_in(job.comment) or ""
                 new.append(
                     DiscoveredJob(

@@ -45,10 +45,14 @@ async def _discovered(settings: Settings, comments: dict[str, str]) -> dict[str,
     return {names[j.job_id]: j.spec for j in found.new}
 
 
-async def test_budget_100_is_held_at_the_selectors_3_and_says_so(tmp_path: Path) -> None:
+async def test_budget_100_is_held_at_the_selectors_3_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     (tmp_path / "policy.toml").write_text(POLICY)
     settings = Settings(watch={"policy_file": tmp_path / "policy.toml"})
     specs = await _discovered(settings, {"llm-7b": "rebound: budget=100", "other": "rebound: budget=100"})
+    said = [r.getMessage() for r in caplog.records if "comment clamped" in r.getMessage()]
+    assert len(said) == 2 and "budget=100 capped at 3 by operator policy (the job's selector)" in said[0]
     assert specs["llm-7b"].restart_budget == 3
     assert specs["llm-7b"].capped == ("budget=100 capped at 3 by operator policy (the job's selector)",)
     # A job the selector does not match is still held by the settings' own ceiling (default 10).
