@@ -17,22 +17,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.policy.fleet as policy
-    from activities.gpu.activities import GpuActivities
     from activities.slurm.actions import SlurmActionActivities
     from activities.temporal.fleet import FleetActivities, ResumeNodeInput
-    from workflows import metrics, operator_gate
+    from workflows import fleet_io, metrics, operator_gate
     from workflows.constants import (
         ANSWER_APPROVAL_UPDATE,
         FLEET_DECISION_QUERY,
         FLEET_WORKFLOW,
-        ISOLATION_DECIDED_SIGNAL,
         NODE_GPU_FAULT_SIGNAL,
         OPERATOR_REQUEST_UPDATE,
         PENDING_APPROVAL,
@@ -41,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
         SET_MODE_UPDATE,
         STATUS_QUERY,
         drain_reason,
-        node_task_queue,
     )
     from workflows.domain.auth_state import AuthState
     from workflows.domain.fleet import (
@@ -61,23 +56,19 @@ with workflow.unsafe.imports_passed_through():
         NodeRecord,
     )
     from workflows.domain.fleet_view import FleetView
-    from workflows.domain.gpu import NodeHealthCheckInput, NodeHealthCheckResult
     from workflows.domain.incident import ActionRung
     from workflows.domain.loop import DrainInput
-    from workflows.domain.operators import OperatorActionKind, OperatorRequest
+    from workflows.domain.operators import OperatorRequest
     from workflows.domain.slurm import ClusterSnapshot
     from workflows.history import continue_as_new_due
     from workflows.notify import notify
-    from workflows.options import CLUSTER_ACTION, NODE_AGENT_QUICK_READ, SCHEDULER_READ
+    from workflows.options import CLUSTER_ACTION
 
 #: Requests on the ``exclude`` rung record suspicions instead of drains (histories from before read every request
 #: as a drain request, as they were decided).
 FLEET_SUSPICIONS_PATCH = "fleet-suspicions"
 #: A node-level GPU fault on a suspected node escalates the suspicion to a drain request (no history before had one).
 FLEET_LATE_GPU_FAULT_PATCH = "fleet-late-gpu-fault"
-#: The Fleet reads ``fleet_view`` (the nodes it names, counts for the rest) instead of the whole snapshot, which
-#: passes Temporal's 2 MB payload limit past about 3,000 jobs. Histories from before read ``fleet_cluster_view``.
-FLEET_COMPACT_VIEW_PATCH = "12-fleet-compact-view"
 #: Continue as new once the history passes Rebound's own bound, not only when the server suggests it.
 FLEET_HISTORY_BOUND_PATCH = "12-fleet-history-bound"
 
@@ -92,6 +83,8 @@ _UNSIGNED = (
 FLEET_REQUEST_CHECK_PATCH = "13-fleet-request-check"
 #: Patch id: a drain the breaker holds while another breaker approval is pending is not announced again.
 FLEET_ONE_STORM_PAGE = "13-fleet-one-storm-page"
+#: A node's GPU fault signal escalates a suspicion only once the node's own agent lists the fault in a fresh read.
+FLEET_CONFIRM_GPU_FAULT_PATCH = "13-fleet-confirm-gpu-fault"
 
 #: Wake up at least this often to expire approvals and run health checks.
 _MAX_SLEEP_S = 60.0
@@ -189,49 +182,19 @@ class FleetWorkflow:
         "once, then applied as the verified Unix user.",
     )
     async def operator_request(self, req: OperatorRequest) -> FleetStatus:
-        action = req.action
         verified = await operator_gate.admit(
-            lambda: self._state.auth, self._set_auth, req, lambda: self._operator_refusal(req)
+            lambda: self._state.auth, self._set_auth, req, lambda: policy.operator_refusal(self._state, req.action)
         )
-        if action.kind in (OperatorActionKind.APPROVE, OperatorActionKind.REJECT):
-            answer = ApprovalAnswer(
-                approval_id=action.approval_id,
-                operator=verified.user,
-                approve=action.kind is OperatorActionKind.APPROVE,
-                note=action.note,
-            )
-            self._state = policy.answer_approval(self._state, answer, workflow.now())
-        elif action.kind is OperatorActionKind.MODE and action.mode is not None:
-            partition = action.canary_partition or self._state.canary_partition
-            self._state = self._state.model_copy(update={"mode": action.mode, "canary_partition": partition})
-        elif action.kind is OperatorActionKind.BREAKER_RESET:
-            self._state = self._state.model_copy(update={"breaker_reset_at": workflow.now()})
+        self._state = policy.apply_operator_action(self._state, req.action, verified.user, workflow.now())
         self._answered += 1
         return self.status()
 
     @operator_request.validator
     def _validate_operator_request(self, req: OperatorRequest) -> None:
-        operator_gate.precheck(self._state.auth, req, self._operator_refusal(req))
+        operator_gate.precheck(self._state.auth, req, policy.operator_refusal(self._state, req.action))
 
     def _set_auth(self, auth: AuthState) -> None:
         self._state = self._state.model_copy(update={"auth": auth})
-
-    def _operator_refusal(self, req: OperatorRequest) -> str | None:
-        """What makes this action impossible whoever asks (an answered approval, a canary without partition)."""
-        action = req.action
-        if action.cluster != self._state.cluster:
-            return f"the action is for cluster {action.cluster!r}, this Fleet is {self._state.cluster!r}"
-        if action.kind in (OperatorActionKind.APPROVE, OperatorActionKind.REJECT):
-            return policy.approval_refusal(self._state, action.approval_id)
-        if action.kind is OperatorActionKind.MODE:
-            if action.mode is None:
-                return "a mode change names no mode"
-            if action.mode.value == "canary" and not (action.canary_partition or self._state.canary_partition):
-                return "canary mode needs a partition (--partition)"
-            return None
-        if action.kind is OperatorActionKind.BREAKER_RESET:
-            return None
-        return f"{action.kind.value} is a job's action (rebound {action.kind.value} JOB), not the Fleet's"
 
     # ----- the loop ----------------------------------------------------------------------------------------------
     @workflow.run
@@ -265,8 +228,11 @@ class FleetWorkflow:
             workflow.logger.info("GPU fault on %s: no suspicion to escalate (%s)", fault.node, fault.finding)
             return
         req, why = escalated
-        if policy.find_decision(self._state, req.request_id) is None:  # one escalation per suspicion
-            await self._handle(req, why=why)
+        if policy.find_decision(self._state, req.request_id) is not None:  # one escalation per suspicion
+            return
+        if workflow.patched(FLEET_CONFIRM_GPU_FAULT_PATCH) and not await fleet_io.agent_confirms(fault):
+            return
+        await self._handle(req, why=why)
 
     async def _handle(self, req: IsolationRequest, *, why: str = "") -> None:
         """Decide one request and carry it out; ``why`` leads the reasons (an escalation says what it joins)."""
@@ -429,17 +395,7 @@ class FleetWorkflow:
             record = self._state.nodes[node]
             checking = record.model_copy(update={"state": NodeLifecycle.CHECKING})
             self._state = self._state.model_copy(update={"nodes": {**self._state.nodes, node: checking}})
-            try:
-                result: NodeHealthCheckResult = await workflow.execute_activity_method(
-                    GpuActivities.health_check,
-                    NodeHealthCheckInput(since=record.drained_at),
-                    task_queue=node_task_queue(node),
-                    summary=f"Health check of drained node {node}",
-                    **NODE_AGENT_QUICK_READ,
-                )
-                healthy, detail = result.healthy, result.detail
-            except ActivityError as e:
-                healthy, detail = False, f"node agent did not answer: {e.cause or e}"
+            healthy, detail = await fleet_io.health_check(node, record.drained_at)
             view = await self._view()
             self._state, resume = policy.after_health_check(
                 self._state, node, healthy, detail, self._policy, workflow.now(), view
@@ -461,44 +417,18 @@ class FleetWorkflow:
     async def _view(
         self, req: IsolationRequest | None = None, nodes: tuple[str, ...] = ()
     ) -> FleetView | ClusterSnapshot:
-        """A fresh read of what a decision about ``req`` (or the recorded nodes, and ``nodes``) needs."""
-        if workflow.patched(FLEET_COMPACT_VIEW_PATCH):
-            compact: FleetView = await workflow.execute_activity_method(
-                FleetActivities.view,
-                policy.view_input(self._state, req, nodes),
-                summary="Read the nodes this decision names (fresh)",
-                **SCHEDULER_READ,
-            )
-            self._cluster_nodes = compact.node_count
-            return compact
-        view: ClusterSnapshot = await workflow.execute_activity_method(
-            FleetActivities.cluster_view, summary="Read every node and job (fresh)", **SCHEDULER_READ
-        )
-        self._cluster_nodes = len(view.nodes)
+        view = await fleet_io.read_view(self._state, req, nodes)
+        self._cluster_nodes = view.node_count if isinstance(view, FleetView) else len(view.nodes)
         return view
 
     async def _reply(self, req: IsolationRequest, decision: IsolationDecision) -> None:
-        if not req.reply_to:
-            return  # the Fleet's own escalation: no JobRecovery waits for it
-        handle = workflow.get_external_workflow_handle(req.reply_to)
-        try:
-            await handle.signal(ISOLATION_DECIDED_SIGNAL, decision)
-        except (ApplicationError, ActivityError) as e:  # the JobRecovery ended meanwhile: nobody to tell
-            workflow.logger.info("decision %s not delivered to %s: %s", req.request_id, req.reply_to, e)
+        await fleet_io.reply(req, decision)
 
     def _breaker(self) -> BreakerStatus:
         return policy.breaker_status(self._state, self._policy, self._cluster_nodes, workflow.now())
 
     def _sleep_s(self) -> float:
-        now = workflow.now()
-        waits = [
-            (a.deadline - now).total_seconds() for a in self._state.approvals if a.outcome is ApprovalOutcome.PENDING
-        ]
-        for record in self._state.nodes.values():
-            if record.state is NodeLifecycle.DRAINED and record.drained_at is not None:
-                due = record.drained_at + timedelta(seconds=self._policy.health_check_after_s)
-                waits.append((due - now).total_seconds())
-        return max(0.5, min([_MAX_SLEEP_S, *waits]))
+        return policy.next_wake_s(self._state, self._policy, workflow.now(), _MAX_SLEEP_S)
 
     async def _announce(self, approval: Approval) -> None:
         """Tell people an action waits for them (never blocks: ``workflows.notify``)."""

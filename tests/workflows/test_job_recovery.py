@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from temporalio import activity
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.worker import Worker
 
@@ -25,9 +26,15 @@ from activities.temporal.fleet import FleetActivities
 from activities.webhooks.notify import NotifyActivities
 from tests.fakes.scheduler import FakeScheduler
 from tests.munge_support import MungeLab
-from workflows.constants import CAUSE, OPERATOR_REQUEST_UPDATE, RECOVERY_STATE, isolation_request_id
+from workflows.constants import (
+    CAUSE,
+    OPERATOR_REQUEST_UPDATE,
+    RECOVERY_STATE,
+    isolation_request_id,
+    node_task_queue,
+)
 from workflows.domain.fleet import FleetMode, FleetPolicy, IsolationDecision
-from workflows.domain.gpu import GpuEvent, GpuEventKind
+from workflows.domain.gpu import GpuEvent, GpuEventKind, GpuHealthReport, NvmlReadGpuHealthInput
 from workflows.domain.incident import ActionKind, ActionRung
 from workflows.domain.operators import OperatorAction, OperatorActionKind, OperatorRequest
 from workflows.domain.recovery import (
@@ -198,20 +205,50 @@ async def test_rank_crash_is_excluded_restarted_and_verified(h: Harness) -> None
     assert result.state is RecoveryState.FINISHED
 
 
+def agent(h: Harness, node: str, *events: GpuEvent) -> Worker:
+    """A node agent stand-in on ``node``'s own task queue: its fresh GPU read lists ``events`` (the real agent's
+    read is tested against the real NVML library in tests/unit/gpu and on the lab)."""
+
+    @activity.defn(name="nvml_read_gpu_health")
+    async def read(params: NvmlReadGpuHealthInput) -> GpuHealthReport:
+        return GpuHealthReport(host=node, events=events, next_event_cursor=len(events))
+
+    return Worker(h.client, task_queue=node_task_queue(node), activities=[read])
+
+
 async def test_gpu_fault_signal_interrupts_the_watch(h: Harness) -> None:
     job = h.sched.submit(h.nodes[:2])
-    handle = await h.start(job.job_id)
-    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
     event = GpuEvent(kind=GpuEventKind.XID, host=h.nodes[0], index=1, xid=79, observed_at=datetime.now(UTC), sequence=1)
-    await handle.signal(JobRecoveryWorkflow.gpu_fault_reported, event)
-    await handle.signal(JobRecoveryWorkflow.gpu_fault_reported, event)  # a duplicate changes nothing
-    st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
+    async with agent(h, h.nodes[0], event), agent(h, h.nodes[1]):
+        handle = await h.start(job.job_id)
+        await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+        await handle.signal(JobRecoveryWorkflow.gpu_fault_reported, event)
+        await handle.signal(JobRecoveryWorkflow.gpu_fault_reported, event)  # a duplicate changes nothing
+        st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
     inc = st.incidents[0]
     assert inc.detected_at == event.observed_at
     assert inc.attribution is not None and inc.attribution.cause == "xid-79"
     assert inc.attribution.implicated_gpus == (f"{h.nodes[0]}:1",)
     assert _actions(st, ActionKind.DRAIN) == [h.nodes[0]]
     assert len(st.incidents) == 1
+    await handle.terminate()
+
+
+async def test_a_forged_gpu_fault_signal_drains_nothing(h: Harness) -> None:
+    """A GPU fault is node-level evidence only when the node's own agent lists it in a fresh read: a signal the
+    agent never sent (anyone who reaches Temporal can signal) drains nothing."""
+    job = h.sched.submit(h.nodes[:2])
+    forged = GpuEvent(kind=GpuEventKind.XID, host=h.nodes[0], index=0, xid=79, observed_at=datetime.now(UTC))
+    async with agent(h, h.nodes[0]), agent(h, h.nodes[1]):
+        handle = await h.start(job.job_id)
+        await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+        await handle.signal(JobRecoveryWorkflow.gpu_fault_reported, forged)
+        st = await until(handle, lambda s: any(e.event == "GPU_CLAIM" for e in s.timeline))
+        await asyncio.sleep(1)
+        st = await handle.query(JobRecoveryWorkflow.status)
+    claim = next(e.detail for e in st.timeline if e.event == "GPU_CLAIM")
+    assert "XID 79" in claim and "forged?" in claim
+    assert _actions(st, ActionKind.DRAIN) == [] and not h.sched.nodes[h.nodes[0]].is_drained
     await handle.terminate()
 
 

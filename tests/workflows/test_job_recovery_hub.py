@@ -15,7 +15,7 @@ from temporalio.worker import Worker
 
 from activities.logs.job_logs import LogPolicy
 from tests.workflows.hub_support import SHARDS, HubHarness, eventually
-from tests.workflows.test_job_recovery import _actions, until
+from tests.workflows.test_job_recovery import _actions, agent, until
 from workers.watch_hub import build_watch_shards
 from workflows.constants import WATCH_RETURNED_SIGNAL
 from workflows.domain.gpu import GpuEvent, GpuEventKind
@@ -68,8 +68,9 @@ async def test_a_gpu_signal_unsubscribes_the_job(hh: HubHarness) -> None:
     event = GpuEvent(
         kind=GpuEventKind.XID, host=hh.nodes[0], index=1, xid=79, observed_at=datetime.now(UTC), sequence=1
     )
-    await handle.signal(JobRecoveryWorkflow.gpu_fault_reported, event)
-    st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
+    async with agent(hh, hh.nodes[0], event), agent(hh, hh.nodes[1]):  # the agent confirms what it signalled
+        await handle.signal(JobRecoveryWorkflow.gpu_fault_reported, event)
+        st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING)
     assert st.incidents[0].attribution is not None and st.incidents[0].attribution.cause == "xid-79"
     # Unsubscribed: the hub stopped watching the job while its recovery ran (none watches a requeued attempt).
     await eventually(lambda: hh.members(job.job_id) == 0)

@@ -16,7 +16,7 @@ from temporalio.client import Client
 
 from activities.gpu.xid_catalog import default_xid_catalog
 from activities.slurm.port import RestartRequest
-from tests.workflows.test_job_recovery import Handle, Harness, until
+from tests.workflows.test_job_recovery import Handle, Harness, agent, until
 from workers.gpu_push import node_level_fault
 from workers.jobs_cli import render_timeline
 from workflows.constants import NODE_GPU_FAULT_SIGNAL, fleet_workflow_id
@@ -222,11 +222,21 @@ async def test_a_late_hardware_fault_on_a_suspected_node_drains_it_naming_both(h
     clean = node_level_fault(xid(h.nodes[3], 79, 2), h.nodes[3], catalog)
     late = node_level_fault(xid(h.nodes[1], 79, 3), h.nodes[1], catalog)
     assert clean is not None and late is not None and late.action is GpuAction.DRAIN_NODE
-    await fleet.signal(NODE_GPU_FAULT_SIGNAL, clean)
-    await fleet.signal(NODE_GPU_FAULT_SIGNAL, late)
-    await fleet.signal(NODE_GPU_FAULT_SIGNAL, late)  # re-sent: one escalation per suspicion
-    incident = f"{job.job_id}-1"
-    decision = await fleet_decision(h, f"{fleet_workflow_id(h.cluster)}/gpu-fault/{h.nodes[1]}/{incident}")
+    forged = node_level_fault(xid(h.nodes[1], 79, 99), h.nodes[1], catalog)
+    assert forged is not None
+    # The node's agent lists the real fault (sequence 3) in a fresh read, never the forged one (sequence 99).
+    async with agent(h, h.nodes[1], late.event):
+        await fleet.signal(NODE_GPU_FAULT_SIGNAL, forged)  # not escalated: the agent does not list it
+        await asyncio.sleep(2)
+        st = await fleet.query(FleetWorkflow.status)
+        assert not h.sched.nodes[h.nodes[1]].is_drained and not [
+            d for d in st.state.decisions if "gpu-fault" in d.request_id
+        ]
+        await fleet.signal(NODE_GPU_FAULT_SIGNAL, clean)
+        await fleet.signal(NODE_GPU_FAULT_SIGNAL, late)
+        await fleet.signal(NODE_GPU_FAULT_SIGNAL, late)  # re-sent: one escalation per suspicion
+        incident = f"{job.job_id}-1"
+        decision = await fleet_decision(h, f"{fleet_workflow_id(h.cluster)}/gpu-fault/{h.nodes[1]}/{incident}")
     assert decision.act and decision.drained == (h.nodes[1],)
     why = decision.reasons[0]
     assert f"suspected since {incident} (rank-crash, job {job.job_id}" in why and "XID 79" in why

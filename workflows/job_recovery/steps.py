@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.job_recovery.recorder import Recorder
     from workflows.policy.action_ladder import describe_evidence
     from workflows.policy.budget import backoff_s
+    from workflows.policy.gpu_claims import confirm_gpu_events
     from workflows.policy.implicit import attribute_straggler
     from workflows.policy.rank_map import merge_maps
     from workflows.policy.recovery import (
@@ -77,6 +78,9 @@ __all__ = [
 
 #: Patch id (ADR 012): attribution asks the node agents which rank runs where, beside the GPU reads.
 RANK_MAP_AT_ATTRIBUTION = "rank-map-at-attribution"
+#: Signalled GPU faults are evidence only when the node's agent lists them in the fresh read (issue 13:
+#: ``workflows.policy.gpu_claims``); histories from before weighed every signalled event.
+CONFIRM_GPU_SIGNALS_PATCH = "13-confirm-signalled-gpu-events"
 
 
 async def detect(rec: Recorder, job: SlurmJob, anomaly: Anomaly) -> int:
@@ -116,6 +120,14 @@ async def attribute(
     else:
         reports = await evidence.read_all_gpus(nodes)
     start = job.start_time or rec.status.running_since or anomaly.observed_at
+    if workflow.patched(CONFIRM_GPU_SIGNALS_PATCH):
+        # A signalled GPU fault counts only if the node's own agent lists it in the fresh read just made.
+        by_node = dict(zip(nodes, reports, strict=True))
+        from_anomaly, notes = confirm_gpu_events(anomaly.gpu_events, by_node)
+        signalled, more = confirm_gpu_events(signalled, by_node)
+        anomaly = anomaly.model_copy(update={"gpu_events": from_anomaly})
+        for note in (*notes, *more):
+            rec.record("GPU_CLAIM", note, number)
     incident = rec.incident(number)
     result = await evidence.attribute(
         AttributeInput(
@@ -197,6 +209,7 @@ async def isolate(rec: Recorder, number: int, job: SlurmJob, attribution: Attrib
     if state.decision_for(rec.state, req.request_id) is None:
         await fleet_exchange.send_request(req)
         rec.record("FLEET", f"asked (request {req.request_id})", number)
+
     def confirmed(record: IsolationDecision | None, signalled: IsolationDecision) -> None:
         rec.state = state.confirm_decision(rec.state, record, signalled)
         if record is None:

@@ -64,9 +64,11 @@ from workflows.policy.fleet.lifecycle import (
     clear_stale_suspects,
     health_checks_due,
     is_lemon,
+    next_wake_s,
     note_incident,
     sync_with_view,
 )
+from workflows.policy.fleet.operator_actions import apply_operator_action, operator_refusal
 from workflows.policy.fleet.request_check import checked_request
 from workflows.policy.fleet.suspicion import MAX_JOB_EXCLUSIONS, active_suspicions
 from workflows.policy.fleet.view import as_fleet_view, build_fleet_view, view_input
@@ -79,6 +81,7 @@ __all__ = [
     "MAX_INCIDENTS_PER_NODE",
     "MAX_JOB_EXCLUSIONS",
     "active_suspicions",
+    "apply_operator_action",
     "as_fleet_view",
     "checked_request",
     "build_fleet_view",
@@ -96,7 +99,9 @@ __all__ = [
     "is_lemon",
     "late_fault_escalation",
     "note_incident",
+    "next_wake_s",
     "open_approval",
+    "operator_refusal",
     "storm_announced",
     "remember_decision",
     "sync_with_view",

@@ -6,7 +6,7 @@ what the scheduler shows (an operator's resume, someone else's drain). Pure.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from workflows.domain.fleet import (
     ApprovalOutcome,
@@ -36,6 +36,7 @@ __all__ = [
     "clear_stale_suspects",
     "health_checks_due",
     "is_lemon",
+    "next_wake_s",
     "note_incident",
     "sync_with_view",
 ]
@@ -267,3 +268,14 @@ def sync_with_view(state: FleetState, view: FleetView | ClusterSnapshot, now: da
             nodes[name] = record.model_copy(update=update)
             changed = True
     return state.model_copy(update={"nodes": nodes}) if changed else state
+
+
+def next_wake_s(state: FleetState, policy: FleetPolicy, now: datetime, max_s: float) -> float:
+    """Seconds until the Fleet must look again: the next approval deadline or health check, at most ``max_s``
+    (at least half a second)."""
+    waits = [(a.deadline - now).total_seconds() for a in state.approvals if a.outcome is ApprovalOutcome.PENDING]
+    for record in state.nodes.values():
+        if record.state is NodeLifecycle.DRAINED and record.drained_at is not None:
+            due = record.drained_at + timedelta(seconds=policy.health_check_after_s)
+            waits.append((due - now).total_seconds())
+    return max(0.5, min([max_s, *waits]))
