@@ -6,10 +6,13 @@ from __future__ import annotations
 import fnmatch
 import glob
 import os
+from collections.abc import Iterable
 
+from activities.logs.access import LogAccess
+from activities.logs.patterns import LogPattern, superseded
 from workflows.domain.bounds import DEFAULT_GLOB_ENTRIES, MAX_GLOB_ENTRIES  # the per-job bounds live in one place
 
-__all__ = ["DEFAULT_GLOB_ENTRIES", "MAX_GLOB_ENTRIES", "GlobBudget", "bounded_glob"]
+__all__ = ["DEFAULT_GLOB_ENTRIES", "MAX_GLOB_ENTRIES", "GlobBudget", "bounded_glob", "expand_within"]
 
 
 class GlobBudget:
@@ -83,6 +86,47 @@ def bounded_glob(pattern: str, budget: GlobBudget) -> list[str]:
         if not current or (budget.exhausted and not last):
             return []  # a cut-off walk's directories are not matches
     return current
+
+
+def expand_within(
+    patterns: Iterable[LogPattern],
+    access: LogAccess | None,
+    *,
+    entries: int,
+    max_files: int,
+    overran: dict[str, str],
+) -> tuple[dict[str, LogPattern], dict[str, str]]:
+    """The files ``patterns`` match (path -> the first pattern naming it) and what was refused (pattern -> why).
+
+    One ``GlobBudget`` of ``entries`` for all the patterns; at most ``max_files`` files. A pattern the access policy
+    refuses is not listed at all. A pattern whose walk runs out of entries is refused whole (a partial walk's files
+    are an accident of directory order) and recorded in ``overran`` (the caller's, kept across calls), so it is
+    never walked again; the patterns after it are refused for this call only.
+    """
+    found: dict[str, LogPattern] = {}
+    refused: dict[str, str] = {}
+    budget = GlobBudget(entries)
+    for pattern in patterns:
+        reason = access.check_pattern(pattern.glob) if access is not None else None
+        if reason is None:
+            reason = overran.get(pattern.source) or budget.exhausted
+        if reason is not None:
+            refused[pattern.source] = reason
+            continue
+        matched = bounded_glob(pattern.glob, budget)
+        if budget.overran:
+            overran[pattern.source] = refused[pattern.source] = budget.exhausted or ""
+            continue
+        for path in matched:
+            if path not in found and len(found) >= max_files:
+                budget.exhausted = f"more than {max_files} files match (logs.max_files); the others are not read"
+                break
+            found.setdefault(path, pattern)  # the first pattern that names a file says what it is
+        if budget.exhausted:
+            refused[pattern.source] = budget.exhausted
+    for path in superseded(found):
+        del found[path]  # an older torchrun attempt's files: not refused, just not this attempt's
+    return found, refused
 
 
 def _descend(top: str, budget: GlobBudget, *, files: bool) -> list[str]:

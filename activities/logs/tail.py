@@ -58,9 +58,9 @@ from datetime import UTC, datetime, timedelta
 from activities.logs.access import LogAccess
 from activities.logs.birth import birth_time
 from activities.logs.chunk import Chunk, read_chunk
-from activities.logs.globbing import GlobBudget, bounded_glob
+from activities.logs.globbing import expand_within
 from activities.logs.line import CLOCK_SKEW, ZONELESS_SLACK, Line, LogLine, decode, has_zone, predates, to_model
-from activities.logs.patterns import FileIdentity, LogPattern, superseded
+from activities.logs.patterns import FileIdentity, LogPattern
 from workflows.domain.bounds import (  # the per-job bounds live in one place
     DEFAULT_GLOB_ENTRIES,
     DEFAULT_MAX_BYTES_PER_CALL,
@@ -316,34 +316,9 @@ class LogTail:
         return anchored
 
     def _matches(self) -> tuple[dict[str, LogPattern], dict[str, str]]:
-        found: dict[str, LogPattern] = {}
-        refused: dict[str, str] = {}
-        budget = GlobBudget(self._glob_entries)
-        for pattern in self._patterns:
-            reason = self._access.check_pattern(pattern.glob) if self._access is not None else None
-            if reason is None:
-                reason = self._overran.get(pattern.source) or budget.exhausted
-            if reason is not None:
-                refused[pattern.source] = reason
-                continue
-            matched = bounded_glob(pattern.glob, budget)
-            if budget.overran:
-                # Walked too much: refused whole (a partial walk's files are an accident of directory order), and
-                # never walked again by this tail.
-                self._overran[pattern.source] = refused[pattern.source] = budget.exhausted or ""
-                continue
-            for path in matched:
-                if path not in found and len(found) >= self._max_files:
-                    budget.exhausted = (
-                        f"more than {self._max_files} files match (logs.max_files); the others are not read"
-                    )
-                    break
-                found.setdefault(path, pattern)  # the first pattern that names a file says what it is
-            if budget.exhausted:
-                refused[pattern.source] = budget.exhausted
-        for path in superseded(found):
-            del found[path]  # an older torchrun attempt's files: not refused, just not this attempt's
-        return found, refused
+        return expand_within(
+            self._patterns, self._access, entries=self._glob_entries, max_files=self._max_files, overran=self._overran
+        )
 
     def _inspect(self, path: str) -> os.stat_result:
         """The ``stat`` of the regular file ``path``, checked against the policy before anything opens it."""
