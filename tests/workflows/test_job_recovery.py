@@ -249,6 +249,8 @@ async def test_a_forged_gpu_fault_signal_drains_nothing(h: Harness) -> None:
     claim = next(e.detail for e in st.timeline if e.event == "GPU_CLAIM")
     assert "XID 79" in claim and "forged?" in claim
     assert _actions(st, ActionKind.DRAIN) == [] and not h.sched.nodes[h.nodes[0]].is_drained
+    # Not even an incident: the job was never touched, and it is watched again.
+    assert not st.incidents and st.state is RecoveryState.WATCHING and h.sched.jobs[job.job_id].restart_count == 0
     await handle.terminate()
 
 

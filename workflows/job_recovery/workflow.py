@@ -22,6 +22,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.job_recovery.checkpoints as checkpoints
+    import workflows.job_recovery.gpu_gate as gpu_gate
     import workflows.job_recovery.ledger as ledger
     import workflows.job_recovery.liveness as liveness
     import workflows.job_recovery.ranks as ranks
@@ -229,6 +230,10 @@ class JobRecoveryWorkflow:
                     return rec.end(scheduler_forgot())
                 job, pending, findings = watched
                 continue
+            if pending.kind is AnomalyKind.GPU_FAULT and workflow.patched(gpu_gate.PATCH):
+                pending = await gpu_gate.confirmed_gpu_anomaly(rec, pending)
+                if pending is None:  # only claims: no incident, back to watching
+                    continue
             preset: Attribution | None = None
             if pending.kind is AnomalyKind.STRAGGLER:
                 preset = await steps.judge_straggler(rec, pending)
