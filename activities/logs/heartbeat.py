@@ -15,13 +15,21 @@ from datetime import UTC, datetime
 from activities.logs.access import LogAccess
 from activities.logs.patterns import expand_patterns
 from activities.logs.tail import LogTail
+from workflows.domain.bounds import DEFAULT_GLOB_ENTRIES, MAX_FILES
 from workflows.domain.slurm import SlurmJob
 
 __all__ = ["heartbeat_times"]
 
 
 def heartbeat_times(
-    patterns: Iterable[str], job_id: int, access: LogAccess | None = None, job: SlurmJob | None = None
+    patterns: Iterable[str],
+    job_id: int,
+    access: LogAccess | None = None,
+    job: SlurmJob | None = None,
+    *,
+    glob_entries: int = DEFAULT_GLOB_ENTRIES,
+    max_files: int = MAX_FILES,
+    overran: dict[str, str] | None = None,
 ) -> dict[int, datetime]:
     """The newest mtime of each rank's heartbeat file(s); ranks with no readable file are absent.
 
@@ -31,10 +39,20 @@ def heartbeat_times(
         job_id: The Slurm job id.
         access: Which files may be looked at (the job's log policy).
         job: The job as the scheduler lists it (array ids, name, user); None fills in ``%j`` only.
+        glob_entries: ``logs.glob_max_entries``; max_files: ``logs.max_files``.
+        overran: Patterns whose walk ran out of entries (kept by the caller across polls: never walked again).
     """
     times: dict[int, datetime] = {}
     for path, (rank, _node, _local) in (
-        LogTail(expand_patterns(patterns, job_id, job), access=access).identities().items()
+        LogTail(
+            expand_patterns(patterns, job_id, job),
+            access=access,
+            glob_entries=glob_entries,
+            max_files=max_files,
+            overran=overran,
+        )
+        .identities()
+        .items()
     ):
         if rank is None:
             continue

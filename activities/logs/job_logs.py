@@ -60,6 +60,16 @@ class LogPolicy:
         self._max_files = max_files
         self._reported: dict[int, dict[str, str]] = {}
 
+    @property
+    def glob_entries(self) -> int:
+        """``logs.glob_max_entries``: directory entries one expansion of a job's patterns may visit."""
+        return self._glob_entries
+
+    @property
+    def max_files(self) -> int:
+        """``logs.max_files``: files one job's patterns may match."""
+        return self._max_files
+
     def access(self, job: SlurmJob | None) -> LogAccess | None:
         """The job's access policy (every file refused when the job is unknown); None when nothing is restricted."""
         return self.access_for_user(job.user_id if job is not None else None)

@@ -143,6 +143,8 @@ class JobWatcher:
         self._globbed_at = 0.0
         self._clock = clock
         self._kept: ProgressState | None = None
+        self._heartbeat_overran: dict[str, str] = {}
+        """Heartbeat patterns whose walk ran out of entries: globbed every poll, so remembered here, never again."""
         """The progress the last decision kept watching with (``WatchFacts.progress_unchanged``)."""
 
     def read(self, snap: ClusterSnapshot, now: datetime | None = None) -> PollStep:
@@ -237,6 +239,15 @@ class JobWatcher:
         task_count = job.task_count if job is not None else 0
         progress = observe(progress, progress_samples(lines, now, block_rank_layout(self.state.nodes, task_count)), now)
         if inp.heartbeat_patterns:
-            for rank, at in heartbeat_times(inp.heartbeat_patterns, inp.job_id, self._logs.access(job), job).items():
+            beats = heartbeat_times(
+                inp.heartbeat_patterns,
+                inp.job_id,
+                self._logs.access(job),
+                job,
+                glob_entries=self._logs.glob_entries,
+                max_files=self._logs.max_files,
+                overran=self._heartbeat_overran,
+            )
+            for rank, at in beats.items():
                 progress = note_activity(progress, rank, at)
         return progress

@@ -118,6 +118,8 @@ class LogTail:
             (``activities.logs.patterns``).
         glob_entries: Directory entries one expansion of the patterns may visit (``logs.glob_max_entries``).
         max_files: Files the patterns may match (``logs.max_files``), at most ``MAX_FILES``.
+        overran: Patterns whose walk ran out of entries, never walked again: the caller's dict when it builds a
+            new tail per call but must remember them (heartbeat files); else this tail's own.
 
     Raises:
         TypeError: ``patterns`` is a single string, or holds something that is not a string.
@@ -132,6 +134,7 @@ class LogTail:
         hosts: Iterable[str] = (),
         glob_entries: int = DEFAULT_GLOB_ENTRIES,
         max_files: int = MAX_FILES,
+        overran: dict[str, str] | None = None,
     ) -> None:
         if isinstance(patterns, str | bytes):
             raise TypeError("patterns must be a collection of glob patterns, not a single string")
@@ -144,7 +147,7 @@ class LogTail:
         self._identity: dict[str, tuple[LogPattern, FileIdentity]] = {}  # what a path says: read once per name
         self._glob_entries = glob_entries
         self._max_files = max(1, min(max_files, MAX_FILES))
-        self._overran: dict[str, str] = {}  # patterns whose walk ran out of entries: never walked again
+        self._overran = overran if overran is not None else {}  # walks that ran out of entries: never again
 
     @property
     def patterns(self) -> tuple[str, ...]:

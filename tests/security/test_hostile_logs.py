@@ -248,3 +248,29 @@ async def test_a_one_task_job_naming_16384_ranks_stays_bounded(tmp_path: Path) -
     assert watcher.state.offsets[str(log)] < log.stat().st_size
     assert progress.untracked.samples + len(progress.ranks) <= 6 * DEFAULT_MAX_LINES_PER_CALL
     print(f"16,384 ranks: state {state_bytes:,} bytes, CPU per poll max {max(cpu):.3f} s, median {sorted(cpu)[3]:.3f}")
+
+
+async def test_a_heartbeat_glob_that_walks_too_much_is_not_walked_at_every_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # heartbeat=/scratch/*/rank-%t.hb over a wide directory: heartbeat files are looked for at every poll.
+    for i in range(150):
+        (tmp_path / "hb" / f"d{i:03}").mkdir(parents=True)
+    sched = FakeScheduler()
+    job = sched.submit(1, user_id=os.getuid())
+    inp = JobWatchInput(
+        job_id=job.job_id,
+        log_patterns=(str(tmp_path / "none.log"),),
+        heartbeat_patterns=(str(tmp_path / "hb" / "*" / "rank-%t.hb"),),
+        last_state=JobState.RUNNING,
+    )
+    policy = build_log_policy(Settings(watch={"log_roots": [tmp_path]}, logs={"glob_max_entries": 100}))
+    watcher = JobWatcher(inp, policy, WatchState(offsets={}), started=datetime.now(UTC), clock=lambda: 5.0)
+    snap = await sched.snapshot()
+    seen = _count_listings(monkeypatch)
+    watcher.read(snap)
+    assert sum(seen) >= 99  # the first poll walked up to the budget
+    seen.clear()
+    for _ in range(3):
+        watcher.read(snap)
+    assert seen == [], f"walked again: {len(seen)} listings"
