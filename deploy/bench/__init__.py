@@ -1,5 +1,6 @@
 """The benchmarks that run against the local lab: ``rebound bench recovery`` (``deploy.bench.recovery``),
-``rebound bench healthy`` (``deploy.bench.healthy``), ``rebound bench launchers`` (``deploy.bench.launchers``) and
+``rebound bench healthy`` (``deploy.bench.healthy``), ``rebound bench chaos`` (``deploy.bench.chaos``: the
+chaos tests with long outages), ``rebound bench launchers`` (``deploy.bench.launchers``) and
 ``rebound bench scale`` (``deploy.scale``: a synthetic cluster, no lab); ``rebound bench slurm-scale``
 (``deploy.bench.slurm_scale``) runs the real Slurm at size on a lab of its own.
 
@@ -41,6 +42,12 @@ def _run_slurm_scale(args: argparse.Namespace) -> int:
     from deploy.bench.scale_report import run_slurm_scale_command
 
     return run_slurm_scale_command(args)
+
+
+def _run_chaos(args: argparse.Namespace) -> int:
+    from deploy.bench.chaos import run_chaos_command
+
+    return run_chaos_command(args)
 
 
 def _run_scale(args: argparse.Namespace) -> int:
@@ -97,6 +104,18 @@ def register(commands: Commands) -> None:
         default=5,
         help="lab nodes (default 5: a 2-node job keeps its exclusions across faults, so it needs spare nodes)",
     )
+    chaos = commands.benchmark(
+        "chaos",
+        _run_chaos,
+        help="the chaos tests on the test lab with long outages: slurmctld, a node agent, Temporal down; a drain storm",
+    )
+    chaos.add_argument("--outage", type=float, default=60.0, help="seconds each part stays down (default 60)")
+    chaos.add_argument(
+        "--scenarios",
+        default=None,
+        help="comma-separated: ctld-watch,ctld-drain,agent-kill,temporal,storm (default all)",
+    )
+    chaos.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
     scale = commands.benchmark(
         "scale",
         _run_scale,
