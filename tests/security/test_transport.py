@@ -117,6 +117,8 @@ async def run_echo(client: Client, queue: str, text: str, timeout_s: float = 30)
 @pytest.mark.asyncio
 async def test_a_worker_with_its_certificate_completes_a_workflow_through_the_proxy(security_lab: LabHandle) -> None:
     identity = f"rebound-worker-test-{uuid.uuid4().hex[:8]}"
+    access_log = security_lab.layout.log_file("tls-proxy-access")
+    seen = access_log.stat().st_size if access_log.exists() else 0
     client = await connect(tls_settings(security_lab), identity=identity)
     assert certificate_reloader(client) is not None  # TLS files: the client watches them
     queue = f"security-{uuid.uuid4().hex}"
@@ -124,9 +126,19 @@ async def test_a_worker_with_its_certificate_completes_a_workflow_through_the_pr
         workflow_id = await run_echo(client, queue, "through the proxy")
     observer = await direct(security_lab)
     assert await activity_identities(observer, workflow_id) == [identity]
-    # The proxy saw the worker's certificate (its access log names the subject and the verdict).
-    access = security_lab.layout.log_file("tls-proxy-access").read_text()
-    assert "CN=rebound-worker" in access and "SUCCESS" in access
+    # The proxy saw the worker's certificate: this test's lines of its access log name the subject and the verdict.
+    serial = subprocess.run(
+        ["openssl", "x509", "-in", str(pki_paths(security_lab.cfg).client_cert("worker")), "-noout", "-serial"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    with access_log.open() as f:
+        f.seek(seen)
+        lines = f.read().splitlines()
+    polls = [line for line in lines if "PollActivityTaskQueue" in line]
+    assert polls and all("CN=rebound-worker" in line and " SUCCESS " in line for line in polls)
+    assert all(line.split("serial=")[1].split()[0] == serial.removeprefix("serial=") for line in polls)
 
 
 ROGUES = {
