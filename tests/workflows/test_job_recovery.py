@@ -418,3 +418,21 @@ async def test_a_forged_fleet_answer_is_ignored_and_the_fleets_own_decides(h: Ha
     assert _actions(st, ActionKind.REQUEUE) == [str(job.job_id)]  # the Fleet acts; the forgery said observe only
     requeued = h.sched.jobs[job.job_id]
     assert h.nodes[1] in requeued.excluded_nodes and h.nodes[0] not in requeued.excluded_nodes
+
+
+async def test_the_owner_pauses_rebound_in_the_jobs_comment(h: Harness) -> None:
+    """``scontrol update job=N comment='rebound: monitor=off'``: the owner (Slurm authenticates them) pauses
+    Rebound; a crash is recorded, nothing is done, and the ended job is not restarted."""
+    job = h.sched.submit(h.nodes[:2], name="llm", comment="rebound: budget=3")
+    handle = await h.start(job.job_id)
+    await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+    h.sched.jobs[job.job_id] = h.sched.jobs[job.job_id].model_copy(update={"comment": "rebound: budget=3;monitor=off"})
+    ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    h.log(job.job_id, 2, f"{ts} [ERROR] rank=2/4 node={h.nodes[1]} step=8 fatal error: exiting with code 13")
+    h.sched.fail_job(job.job_id, exit_code=13)
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.state is RecoveryState.FINISHED and "monitor=off" in result.reason
+    st = await handle.query(JobRecoveryWorkflow.status)
+    assert any(e.event == "OWNER_PAUSED" for e in st.timeline)
+    assert not [c for c in h.sched.calls if c.method in ("drain_node", "requeue_job")]
+    assert h.sched.jobs[job.job_id].restart_count == 0

@@ -101,6 +101,9 @@ class RecoverySpec(Frozen):
     checkpoint_fallback: CheckpointFallback | None = None
     """What to do about a partial newest checkpoint before a restart (``ckpt_fallback=``); None: the operator's
     setting (``checkpoints.fallback``, default off), filled in when the job is discovered."""
+    monitor: bool = True
+    """``monitor=off`` in the job's comment: its owner paused Rebound (nothing is done for the job while it says so;
+    Slurm authenticates who may change a job's comment: its owner and Slurm's administrators)."""
     capped: tuple[str, ...] = ()
     """What the operator's policy clamped of what the job's comment asked for, one note each (``budget=100 capped
     at 3 by operator policy (selector)``: ``workflows.policy.optin_caps``); the job's timeline shows them."""

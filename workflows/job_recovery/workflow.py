@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.job_recovery.checkpoints as checkpoints
     import workflows.job_recovery.gpu_gate as gpu_gate
     import workflows.job_recovery.ledger as ledger
+    import workflows.job_recovery.owner as owner
     import workflows.job_recovery.liveness as liveness
     import workflows.job_recovery.ranks as ranks
     import workflows.job_recovery.resubmit as resubmission
@@ -342,6 +343,8 @@ class JobRecoveryWorkflow:
         stop = give_up_before_isolating(attribution, rec.status.restarts_used, rec.status.restart_budget)
         if stop is not None:
             return rec.end(stop, number)
+        if workflow.patched(owner.PATCH) and (paused := await owner.paused_by_owner(rec, number)) is not None:
+            return paused.result
         decision = await steps.isolate(rec, number, job, attribution)
         if not decision.act:
             return steps.observed(rec, number, job, decision)

@@ -17,6 +17,8 @@ Grammar of the comment (``parse_comment``):
   comma-separated), ``hang`` (the job's hang window: ``600``, ``90s``, ``10m``, ``1h``), ``heartbeat``
   (absolute glob of files the ranks touch while alive; like ``logs``), ``stragglers`` (``off``, ``report`` or
   ``restart``), ``restart`` (``auto``, ``requeue`` or ``resubmit``: ``workflows.policy.restart_strategy``),
+  ``monitor`` (``on``, the default, or ``off``: its owner's pause, read again before every action Rebound would
+  take for the job: ``workflows.policy.owner_steering``),
   ``ckpt_fallback`` (``off`` or ``quarantine``: what may be done about a partial newest checkpoint).
 * Every value is a request, held under the operator's ceilings (below): ``budget``, ``hang``, ``stragglers``,
   ``ckpt_fallback``, ``logs`` and ``heartbeat`` may be clamped, never refused for being too much.
@@ -72,6 +74,7 @@ KEYS = {
     "stragglers": "stragglers",
     "restart": "restart",
     "ckpt_fallback": "checkpoint_fallback",
+    "monitor": "monitor",
 }
 #: Keys that may repeat or list several comma-separated globs.
 _GLOB_KEYS = ("logs", "heartbeat")
@@ -291,6 +294,10 @@ def _value(key: str, value: str) -> object:
         if m is None:
             raise OptInError(key, f"expected a duration such as 600, 90s, 10m or 1h, got {value!r}")
         return float(m.group(1)) * _UNIT_S[m.group(2) or "s"]
+    if key == "monitor":
+        if value.lower() not in ("on", "off"):
+            raise OptInError(key, f"expected on or off, got {value!r}")
+        return value.lower() == "on"
     if key == "stragglers":
         if value.lower() not in ("off", "report", "restart"):
             raise OptInError(key, f"expected off, report or restart, got {value!r}")
