@@ -5,10 +5,11 @@ Each starts one activity (the scheduler adapter and the log watch do the I/O); t
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.logs.watch import WatchActivities
@@ -16,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.slurm.activities import SlurmActivities
     from activities.slurm.resubmission import SubmissionActivities
     from workflows.domain.checkpoints import CheckpointRef
+    from workflows.domain.errors import FailureKind
     from workflows.domain.loop import (
         JobWatchInput,
         JobWatchResult,
@@ -51,15 +53,49 @@ __all__ = [
 ]
 
 
-async def observe_job(job_id: int) -> SlurmJob | None:
-    """The scheduler's current word on the job; None when it does not list it."""
-    first: ObserveJobResult = await workflow.execute_activity_method(
-        SlurmActivities.observe_job,
-        ObserveJobInput(job_id=job_id),
-        summary=f"Look up Slurm job {job_id}",
-        **SCHEDULER_READ,
-    )
-    return first.job
+#: A lookup the scheduler refused for Rebound's credentials (SCHEDULER_AUTH) waits for an operator's fix instead of
+#: failing the JobRecovery (ClusterWatch alerts them): AUTH_WAITS waits of AUTH_WAIT, then it fails as before.
+#: Histories from before never took that branch.
+SCHEDULER_AUTH_WAIT_PATCH = "13-observe-waits-out-scheduler-auth"
+AUTH_WAIT = timedelta(minutes=1)
+AUTH_WAITS = 30
+
+
+async def observe_job(job_id: int, note: Callable[[str], None] | None = None) -> SlurmJob | None:
+    """The scheduler's current word on the job; None when it does not list it.
+
+    Args:
+        job_id: The job.
+        note: Told each time the scheduler refused Rebound's credentials and the lookup waits (the timeline).
+
+    Raises:
+        ActivityError: The lookup failed (after ``AUTH_WAITS`` waits, for refused credentials).
+    """
+    waits = 0
+    while True:
+        try:
+            first: ObserveJobResult = await workflow.execute_activity_method(
+                SlurmActivities.observe_job,
+                ObserveJobInput(job_id=job_id),
+                summary=f"Look up Slurm job {job_id}",
+                **SCHEDULER_READ,
+            )
+        except ActivityError as e:
+            cause = e.cause
+            refused = isinstance(cause, ApplicationError) and cause.type == FailureKind.SCHEDULER_AUTH.value
+            if not refused or waits >= AUTH_WAITS or not workflow.patched(SCHEDULER_AUTH_WAIT_PATCH):
+                raise
+            waits += 1
+            detail = (
+                f"the scheduler refused Rebound's credentials looking up job {job_id}: {cause}; nothing is read "
+                f"as the job's state, waiting {AUTH_WAIT.total_seconds():.0f} s for the fix ({waits}/{AUTH_WAITS})"
+            )
+            workflow.logger.error(detail)
+            if note is not None:
+                note(detail)
+            await workflow.sleep(AUTH_WAIT, summary="wait for the scheduler's credentials to be fixed")
+            continue
+        return first.job
 
 
 async def anchor_logs(inp: JobRecoveryInput, job: SlurmJob) -> dict[str, int] | None:

@@ -24,8 +24,8 @@ with workflow.unsafe.imports_passed_through():
     import workflows.job_recovery.checkpoints as checkpoints
     import workflows.job_recovery.gpu_gate as gpu_gate
     import workflows.job_recovery.ledger as ledger
-    import workflows.job_recovery.owner as owner
     import workflows.job_recovery.liveness as liveness
+    import workflows.job_recovery.owner as owner
     import workflows.job_recovery.ranks as ranks
     import workflows.job_recovery.resubmit as resubmission
     import workflows.job_recovery.scheduler as scheduler
@@ -358,7 +358,9 @@ class JobRecoveryWorkflow:
         return await steps.verify(rec, number, attribution, decision)
 
     async def _observe_job(self) -> SlurmJob | None:
-        job = await scheduler.observe_job(self._rec.inp.job_id)
+        job = await scheduler.observe_job(
+            self._rec.inp.job_id, note=lambda detail: self._rec.record("SCHEDULER_AUTH", detail)
+        )
         if job is not None:
             self._rec.observe(job)
             workflow.upsert_search_attributes([JOB_ID.value_set(str(job.job_id))])
