@@ -10,6 +10,10 @@ scenario        fault                                                  blame    
 ``xid``         ``gpu-fault`` XID 79 on that rank's GPU                that node                   yes
 ``user-bug``    ``user-bug`` on every rank                             no node (the user's code)   no
 ==============  =====================================================  ==========================  =======
+
+Only node-level evidence drains (``node-crash``: the scheduler lost the slurmd; ``xid``: the node agent read it).
+A rank that exits with no hardware evidence is the job's word: its node is excluded from the job's next placement
+and drained for nobody, so a drain in ``rank-crash`` is a false action.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ class GroundTruth(Frozen):
     user's code, no node is at fault."""
     restart: bool
     """Whether restarting the job is the right response."""
+    drain: bool = True
+    """Whether ``node`` may be drained for everyone (node-level evidence); False: excluded for the job only."""
 
 
 def ground_truth(scenario: Scenario, record: InjectionRecord) -> GroundTruth:
@@ -48,7 +54,7 @@ def ground_truth(scenario: Scenario, record: InjectionRecord) -> GroundTruth:
         return GroundTruth(node=None, restart=False)
     if record.node is None:
         raise ValueError(f"{scenario} injection {record.id} recorded no node")
-    return GroundTruth(node=record.node, restart=True)
+    return GroundTruth(node=record.node, restart=True, drain=scenario != "rank-crash")
 
 
 def pick_target(ranks: Sequence[RankInfo]) -> RankInfo:

@@ -48,15 +48,17 @@ def false_actions(
 ) -> list[str]:
     """Every false action, one description each.
 
-    Counted: each drained node other than ``truth.node`` (from the incidents' drain actions and from
+    Counted: each drained node other than ``truth.node``, and ``truth.node`` itself when ``truth.drain`` is False
+    (from the incidents' drain actions and from
     ``rebound_drains``, the nodes ``sinfo`` shows drained with this job's ``rebound:`` reason, counted once per
     node); each restart when ``truth.restart`` is False (the larger of the requeue actions recorded and
     ``restarts_observed``, the job's own restart count since the fault); each node an attribution implicated that
     is not ``truth.node`` (once per node).
     """
-    out = [
-        f"drained healthy node {n}" for n in sorted((_drained_nodes(incidents) | set(rebound_drains)) - {truth.node})
-    ]
+    drained = _drained_nodes(incidents) | set(rebound_drains)
+    out = [f"drained healthy node {n}" for n in sorted(drained - {truth.node})]
+    if truth.node in drained and not truth.drain:
+        out.append(f"drained {truth.node} for everyone on the job's word alone (no node-level evidence)")
     if not truth.restart:
         restarts = max(_requeues(incidents), restarts_observed)
         out += [f"restart {k} of a job no restart can help" for k in range(1, restarts + 1)]

@@ -10,7 +10,7 @@ from tests.unit.bench.builders import JOB, record
 
 
 def test_ground_truth_per_scenario() -> None:
-    assert ground_truth("rank-crash", record()) == GroundTruth(node="n2", restart=True)
+    assert ground_truth("rank-crash", record()) == GroundTruth(node="n2", restart=True, drain=False)
     assert ground_truth("xid", record("gpu-fault")) == GroundTruth(node="n2", restart=True)
     assert ground_truth("node-crash", record("node-crash", rank=None)) == GroundTruth(node="n2", restart=True)
     assert ground_truth("user-bug", record("user-bug", node=None, rank=None)) == GroundTruth(node=None, restart=False)

@@ -13,8 +13,8 @@ from workflows.domain.recovery import RecoveryState
 
 
 def test_correct_attribution_scores_latencies_lost_work_and_no_false_action() -> None:
-    inc = incident(actions=(drain("n2"), requeue()))
-    r = score("rank-crash", record(), status(inc), rebound_drains=["n2"])
+    inc = incident(actions=(drain("n2"), requeue()))  # an XID: node-level evidence, the drain is right
+    r = score("xid", record("gpu-fault"), status(inc), rebound_drains=["n2"])
     assert not r.failed and r.error == ""
     assert r.attribution_correct is True
     assert (r.detection_s, r.action_s, r.resume_s) == (0.2, 1.3, 14.0)
@@ -115,10 +115,19 @@ def test_user_bug_drain_is_false() -> None:
     assert attribution_correct(truth, inc) is False
 
 
+def test_a_rank_crash_that_drains_its_node_is_false() -> None:
+    """A rank that exits with no hardware evidence: its node is excluded for the job, drained for nobody."""
+    inc = incident(nodes=("n2",), cause="rank-crash", actions=(drain("n2"),))
+    assert false_actions(GroundTruth(node="n2", restart=True, drain=False), [inc]) == [
+        "drained n2 for everyone on the job's word alone (no node-level evidence)"
+    ]
+    assert false_actions(GroundTruth(node="n2", restart=True), [inc]) == []  # an XID: the drain is right
+
+
 def test_actions_before_the_fault_are_false() -> None:
     early = incident(number=1, nodes=("n2",), actions=(drain("n2"), requeue()), detected=-5, restarted=-4, resumed=-1)
     late = incident(number=2, actions=(drain("n2"), requeue()))
-    r = score("rank-crash", record(), status(early, late, restarts=2), before={1})
+    r = score("xid", record("gpu-fault"), status(early, late, restarts=2), before={1})
     assert r.incidents == 1
     assert r.detection_s == 0.2
     assert r.false_action_details == (

@@ -60,7 +60,10 @@ def test_the_view_shows_the_asked_nodes_and_counts_the_rest() -> None:
 def test_what_a_decision_asks_for() -> None:
     state = FleetState(cluster="c", nodes={"r1": NodeRecord(node="r1", since=T0, state=NodeLifecycle.DRAINED)})
     req = _request(("n1", "n2"), excluded_before=("x1",), owner_excluded=("o1",), partition="gpu,debug")
-    assert view_input(state, req) == FleetViewInput(nodes=("r1", "n1", "n2", "x1", "o1"), partition="gpu,debug")
+    # The request's job too: the Fleet checks its owner and allocation against the scheduler (request_check).
+    assert view_input(state, req) == FleetViewInput(
+        nodes=("r1", "n1", "n2", "x1", "o1"), partition="gpu,debug", job_id=req.job_id
+    )
     assert view_input(state, nodes=("n9",)) == FleetViewInput(nodes=("r1", "n9"))
 
 
