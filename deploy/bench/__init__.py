@@ -113,7 +113,7 @@ def register(commands: Commands) -> None:
     chaos.add_argument(
         "--scenarios",
         default=None,
-        help="comma-separated: ctld-watch,ctld-drain,agent-kill,temporal,storm (default all)",
+        help="comma-separated: ctld-watch,ctld-crash,ctld-drain,agent-kill,temporal,storm (default all)",
     )
     chaos.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
     scale = commands.benchmark(

@@ -28,6 +28,7 @@ TESTS = REPO / "tests" / "e2e" / "test_chaos.py"
 #: Scenario name -> the test that runs it.
 SCENARIOS: dict[str, str] = {
     "ctld-watch": "test_slurmctld_down_while_a_job_is_watched_takes_no_action",
+    "ctld-crash": "test_slurmctld_down_while_a_rank_crashes_recovers_once_it_is_back",
     "ctld-drain": "test_slurmctld_down_during_a_drain_completes_once_it_is_back",
     "agent-kill": "test_a_node_agent_killed_before_attribution_drains_nothing_on_the_jobs_word",
     "temporal": "test_temporal_down_while_a_rank_crashes_loses_and_doubles_nothing",

@@ -2,6 +2,7 @@
 ``rebound bench chaos`` runs the same tests with 60) while Rebound watches real jobs, or many nodes fail at once.
 
 * slurmctld down while a job is watched: no drain, no requeue, no incident while it is down or after;
+* slurmctld down while a rank crashes: the incident waits for it, then one recovery (one requeue, no drain);
 * slurmctld down during a drain (an XID on a node, slurmctld stopped while the worker's ``scontrol`` drains it):
   the drain is retried until slurmctld is back, the recovery completes, one drain in slurmctld's log;
 * a node agent killed before the fault it would have read (an XID and the rank's CUDA error): the attribution
@@ -129,6 +130,51 @@ async def test_slurmctld_down_while_a_job_is_watched_takes_no_action(lab: LabHan
         back = time.monotonic() - stopped
         _row("slurmctld down, job watched", outage, false, True, back, watcher.summary())
         assert false == 0
+
+
+async def test_slurmctld_down_while_a_rank_crashes_recovers_once_it_is_back(lab: LabHandle) -> None:
+    async with monitored_demo(lab, "chaos-ctld-crash") as (job, rec):
+        base = await baseline(lab, job)
+        crashed: list[str] = []
+
+        async def crash_midway(elapsed: float) -> None:
+            if not crashed and elapsed >= OUTAGE_S / 3:
+                record = inject(lab.layout, "crash", run=job.run, rank=CRASH_RANK)
+                assert record.node is not None
+                crashed.append(record.node)
+
+        watcher = Watcher(lab, rec)
+        stopped = time.monotonic()
+        try:
+            stop_slurmctld(lab)
+            # The crash is in the rank's log (read without slurmctld); the job's state, the Fleet's view and the
+            # requeue need slurmctld: they wait for it, nothing is done on a guess.
+            await watcher.during(OUTAGE_S, crash_midway)
+            assert base.ctld.drains() == [] and base.ctld.requeues(job.job_id) == 0
+        finally:
+            start_slurmctld(lab)
+        outage = time.monotonic() - stopped
+        assert crashed, "the crash was not injected during the outage"
+        st = await rec.wait_resumed(timeout_s=AFTER_OUTAGE_S)
+        done = time.monotonic() - stopped
+        inc = incident_of(st)
+        assert inc is not None and inc.attribution is not None, rec.describe()
+        # Not assert_recovered_once: right after slurmctld's return its nodes may not answer yet (they re-register),
+        # and the Fleet then keeps the suspect in the job's placement ("n2: not excluded: ... would keep 1
+        # placeable without it"): seen on the lab, reported in docs/benchmarks/chaos.md.
+        assert inc.attribution.implicated_nodes == (crashed[0],), rec.describe()
+        assert actions_of(inc, ActionKind.DRAIN) == [] and actions_of(inc, ActionKind.REQUEUE) == [str(job.job_id)]
+        now = await slurm_job(lab, job.job_id)
+        fleet = await fleet_or_none(rec.client, lab)
+        false = (len(st.incidents) - 1) + len(base.ctld.drains()) + (base.ctld.requeues(job.job_id) - 1)
+        false += len(rebound_drained(fleet)) + len(watcher.drains_seen) + len(sinfo_drains(lab))
+        false += abs(now.restart_count - base.restart_count - 1)
+        excluded = "excluded" if crashed[0] in now.excluded_nodes else "NOT excluded"
+        _row(
+            "slurmctld down, rank crashes", outage, false, inc.resumed_at is not None, done,
+            f"incidents {len(st.incidents)}; {crashed[0]} {excluded}; {watcher.summary()}",
+        )  # fmt: skip
+        assert false == 0, rec.describe()
 
 
 async def test_slurmctld_down_during_a_drain_completes_once_it_is_back(lab: LabHandle, tmp_path: Path) -> None:
