@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from workers.fleet_cli import format_nodes
 from workflows.domain.fleet import (
+    ApprovalKind,
     BreakerStatus,
     DrainEvent,
     FleetMode,
@@ -27,6 +28,7 @@ from workflows.policy.fleet import (
     clear_stale_suspects,
     decide_isolation,
     note_incident,
+    open_approval,
     sync_with_view,
 )
 from workflows.policy.fleet.suspicion import MAX_JOB_EXCLUSIONS, standing_exclusion
@@ -111,6 +113,16 @@ def test_the_same_job_implicating_the_node_again_asks_an_operator_and_drains_not
     # Before job output was a claim (histories recorded then), the repeat drained the node.
     legacy = decide_isolation(state, suspicion("n2", number=2, seconds=600), POLICY, cluster(4), T0, claims=False)
     assert legacy.drain == ("n2",) and legacy.suspected == ()
+
+
+def test_a_node_already_waiting_for_an_operator_is_not_asked_about_again() -> None:
+    state, _ = handle(ACT, suspicion("n2", number=1), cluster(4))
+    state, verdict = handle(state, suspicion("n2", number=2, seconds=60), cluster(4))
+    req = suspicion("n2", number=2, seconds=60)
+    state, approval = open_approval(state, ApprovalKind.DRAIN, req, verdict.hold, verdict.reasons, POLICY, T0)
+    state, verdict = handle(state, suspicion("n2", job=43, seconds=120), cluster(4))
+    assert verdict.hold == () and verdict.drain == () and verdict.suspected == ("n2",)
+    assert f"n2: its drain already waits for an operator ({approval.id}): not asked again" in verdict.reasons
 
 
 def test_another_job_of_the_same_user_does_not_drain_the_node_either() -> None:

@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from workflows.domain.fleet import (
+    ApprovalKind,
+    ApprovalOutcome,
     FleetMode,
     FleetPolicy,
     FleetState,
@@ -135,6 +137,18 @@ def _correlated(
     )
 
 
+def _pending_drain(state: FleetState, node: str) -> str:
+    """The id of a pending drain approval that names ``node`` (empty: none)."""
+    return next(
+        (
+            a.id
+            for a in state.approvals
+            if a.outcome is ApprovalOutcome.PENDING and a.kind is ApprovalKind.DRAIN and node in a.nodes
+        ),
+        "",
+    )
+
+
 def _strong_because(req: IsolationRequest, incs: list[NodeIncident], claims: bool) -> list[NodeIncident]:
     """The other jobs' incidents on a node that make it a strong suspect: any other job's before job output was a
     claim; now only a job of another known user (one user's jobs corroborate nothing)."""
@@ -208,8 +222,12 @@ def decide_isolation(
                 )
             else:
                 suspects.append(node.name)
-                claimed.append(node.name)
                 reasons.append(claim_reason(node.name, found, req, policy.suspicion_window_s, users))
+                asked = _pending_drain(state, node.name)
+                if asked:  # one question per node: a user crashing job after job must not flood the operators
+                    reasons.append(f"{node.name}: its drain already waits for an operator ({asked}): not asked again")
+                else:
+                    claimed.append(node.name)
         candidates = [n for n in candidates if n.name in repeats]
     else:
         for node in candidates:
