@@ -62,7 +62,7 @@ class NotifySettings(Section):
     )
     kinds: tuple[str, ...] = Field(
         tuple(k.value for k in DEFAULT_KINDS),
-        description="Which kinds to send, of incident, approval_needed, gave_up, resumed, straggler. "
+        description="Which kinds to send, of incident, approval_needed, gave_up, resumed, straggler, scheduler_auth. "
         'Env: a JSON list, ["incident","gave_up"].',
     )
     ui_base_url: str | None = Field(
