@@ -64,11 +64,28 @@ async def test_ctld_down_is_unreachable_although_squeue_exits_0(fake: FakeSlurmB
         ("squeue: error: Unable to contact slurm controller (connect failure)", FailureKind.SCHEDULER_UNREACHABLE),
         ("squeue: fatal: Unable to process configuration file", FailureKind.CONFIGURATION),
         ("squeue: error: something nobody has seen", FailureKind.SCHEDULER_UNREACHABLE),  # reads retry
+        # munge refused the worker: its credentials, not an outage, and not retried like one
+        ("slurm_load_jobs error: Protocol authentication error", FailureKind.SCHEDULER_AUTH),
+        ('squeue: error: Munge encode failed: Failed to access "/run/munge/munge.sock"', FailureKind.SCHEDULER_AUTH),
     ],
 )
 async def test_failing_reads(fake: FakeSlurmBin, stderr: str, kind: FailureKind) -> None:
     fake.respond("squeue", stderr=stderr, rc=1)
     assert await _kind_of(fake.scheduler().list_jobs()) is kind
+
+
+@pytest.mark.parametrize(
+    ("output", "kind"),
+    [
+        ("Slurmctld(primary) at vm is DOWN", FailureKind.SCHEDULER_UNREACHABLE),
+        ("scontrol: error: Munge decode failed: Invalid credential", FailureKind.SCHEDULER_AUTH),
+    ],
+)
+async def test_ping_tells_a_refused_credential_from_a_down_controller(
+    fake: FakeSlurmBin, output: str, kind: FailureKind
+) -> None:
+    fake.respond("scontrol", stderr=output, rc=1)
+    assert await _kind_of(fake.scheduler().ping()) is kind
 
 
 async def test_garbage_output_is_a_bad_response(fake: FakeSlurmBin) -> None:
