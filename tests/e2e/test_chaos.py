@@ -2,7 +2,8 @@
 ``rebound bench chaos`` runs the same tests with 60) while Rebound watches real jobs, or many nodes fail at once.
 
 * slurmctld down while a job is watched: no drain, no requeue, no incident while it is down or after;
-* slurmctld down while a rank crashes: the incident waits for it, then one recovery (one requeue, no drain);
+* slurmctld down while a rank crashes (with ``$REBOUND_CHAOS_OUTAGE_S`` set: the bench, not ``make test``): the
+  incident waits for it, then one recovery (one requeue, no drain);
 * slurmctld down during a drain (an XID on a node, slurmctld stopped while the worker's ``scontrol`` drains it):
   the drain is retried until slurmctld is back, the recovery completes, one drain in slurmctld's log;
 * a node agent killed before the fault it would have read (an XID and the rank's CUDA error): the attribution
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,6 +134,11 @@ async def test_slurmctld_down_while_a_job_is_watched_takes_no_action(lab: LabHan
         assert false == 0
 
 
+@pytest.mark.skipif(
+    "REBOUND_CHAOS_OUTAGE_S" not in os.environ,
+    reason="130 s (the requeue waits ~60 s for the job to leave COMPLETING after slurmctld's return): run by "
+    "rebound bench chaos, or with REBOUND_CHAOS_OUTAGE_S=15; make test keeps the chaos file to ~5 minutes",
+)
 async def test_slurmctld_down_while_a_rank_crashes_recovers_once_it_is_back(lab: LabHandle) -> None:
     async with monitored_demo(lab, "chaos-ctld-crash") as (job, rec):
         base = await baseline(lab, job)
