@@ -1,18 +1,15 @@
 """Fleet: the cluster's single writer of node quarantine (id ``rebound/{cluster}/fleet``).
 
-Every JobRecovery asks the Fleet (signal ``request_isolation``) before anything touches a node or restarts a
-job, and waits for its answer (signal ``isolation_decided`` back). The Fleet applies, in one place and in order:
-the mode (observe, canary, act), drains by others (evidence, never touched), cross-job correlation (many nodes
-failing together across jobs: an operator decides), the approval policy (low confidence, protected partitions,
-the Nth restart of a job), and the breaker (a cap on Rebound's drains per window). A request on the action
-ladder's ``exclude`` rung only records a suspicion of its nodes and keeps them out of that job's next placement;
-the same node implicated again within the suspicion window is drained (``workflows.policy.fleet.suspicion``).
-Drains it may do, it does and verifies; the rest wait for an operator (update ``answer_approval``;
-``rebound approve|reject``) until the policy's deadline. Drained nodes get a health check from their node agent
-and return to service, or are held for repair (failed check, or a lemon: too many incidents). Decisions live in
-``workflows.policy.fleet``; this class sequences and records.
+Every JobRecovery asks the Fleet (signal ``request_isolation``, checked against the scheduler's fresh read) before
+anything touches a node or restarts a job, and waits for its answer (signal ``isolation_decided``). The Fleet
+applies, in order: the mode (observe, canary, act), drains by others (evidence, never touched), cross-job
+correlation (jobs of several users failing together: an operator decides), the approval policy, and the breaker.
+An ``exclude``-rung request (the job's word alone) records a suspicion and keeps the nodes out of that job's next
+placement; the same node implicated again by a job of another user is drained, by the same user's jobs it waits
+for an operator (``workflows.policy.fleet.suspicion``). Operators act through the signed update
+``operator_request`` (``rebound approve|reject|mode|breaker``). Drained nodes get a health check and return to
+service, or are held for repair. Decisions live in ``workflows.policy.fleet``; this class sequences and records.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -244,9 +241,11 @@ class FleetWorkflow:
             # Recorded before suspicions existed: every request was a drain request.
             req = req.model_copy(update={"rung": ActionRung.DRAIN})
         view = await self._view(req)
-        checked: tuple[str, ...] = ()
         if req.reply_to and isinstance(view, FleetView) and workflow.patched(FLEET_REQUEST_CHECK_PATCH):
-            # Believe only what the scheduler confirms: the job's owner, its nodes (docs/security.md).
+            # Believe only what the scheduler confirms: the job's owner, its nodes (docs/security.md); a completing
+            # job lists only the nodes still completing, so its whole allocation is waited for (bounded).
+            if workflow.patched(fleet_io.SETTLE_PATCH):
+                view = await fleet_io.settled_view(self._state, req, view)
             req, checked = policy.checked_request(req, view)
             why = "; ".join(x for x in (why, *checked) if x)
         now = workflow.now()

@@ -21,11 +21,15 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import NODE_AGENT_QUICK_READ, SCHEDULER_READ
     from workflows.policy.gpu_claims import confirm_gpu_events
 
-__all__ = ["COMPACT_VIEW_PATCH", "agent_confirms", "health_check", "read_view", "reply"]
+__all__ = ["COMPACT_VIEW_PATCH", "SETTLE_PATCH", "agent_confirms", "health_check", "read_view", "reply", "settled_view"]
 
 #: The Fleet reads ``fleet_view`` (the nodes it names, counts for the rest) instead of the whole snapshot, which
 #: passes Temporal's 2 MB payload limit past about 3,000 jobs. Histories from before read ``fleet_cluster_view``.
 COMPACT_VIEW_PATCH = "12-fleet-compact-view"
+#: A request for a COMPLETING job waits for the job's whole node list before it is checked (issue 13).
+SETTLE_PATCH = "13-fleet-settle-completing-job"
+SETTLE_EVERY_S = 2.0
+SETTLE_READS = 15
 
 
 async def read_view(
@@ -43,6 +47,21 @@ async def read_view(
     view: ClusterSnapshot = await workflow.execute_activity_method(
         FleetActivities.cluster_view, summary="Read every node and job (fresh)", **SCHEDULER_READ
     )
+    return view
+
+
+async def settled_view(state: FleetState, req: IsolationRequest, view: FleetView) -> FleetView:
+    """The view once the request's job lists its whole allocation: Slurm lists a COMPLETING job on the nodes still
+    completing only, and a node that finished first would read as "not the job's". Re-read every
+    ``SETTLE_EVERY_S`` while the job completes and names fewer nodes than the request, at most ``SETTLE_READS``
+    times; after that the listing is believed (a node it does not show is dropped: do less)."""
+    for _ in range(SETTLE_READS):
+        if not policy.allocation_partial(view, req):
+            break
+        await workflow.sleep(SETTLE_EVERY_S, summary=f"job {req.job_id} is completing: wait for its node list")
+        view = await workflow.execute_activity_method(
+            FleetActivities.view, policy.view_input(state, req), summary="Read the job again", **SCHEDULER_READ
+        )
     return view
 
 

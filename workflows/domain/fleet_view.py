@@ -48,6 +48,8 @@ class JobAllocation(Frozen):
     """False: the scheduler does not list the job (unknown, or ended long enough ago to be forgotten)."""
     user: str = ""
     nodes: tuple[str, ...] = ()
+    completing: bool = False
+    """The job is COMPLETING: Slurm lists only the nodes still completing, not its whole allocation."""
 
 
 class FleetView(Frozen):

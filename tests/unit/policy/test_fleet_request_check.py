@@ -6,7 +6,7 @@ from tests.unit.policy.test_fleet import T0, cluster, node, request
 from workflows.domain.fleet import FleetMode, FleetPolicy, FleetState
 from workflows.domain.fleet_view import FleetView, FleetViewInput
 from workflows.domain.slurm import ClusterSnapshot, JobState, NodeBaseState, SlurmJob, SlurmNode
-from workflows.policy.fleet import build_fleet_view, checked_request, decide_isolation
+from workflows.policy.fleet import allocation_partial, build_fleet_view, checked_request, decide_isolation
 
 
 def snapshot_with(
@@ -61,3 +61,16 @@ def test_a_view_without_the_job_leaves_the_request_as_it_came() -> None:
     req = request("n1", job=7)
     view = build_fleet_view(cluster(4), FleetViewInput(nodes=("n1",), partition="gpu"))
     assert checked_request(req, view) == (req, ())
+
+
+def test_a_completing_job_lists_only_its_completing_nodes_so_the_fleet_waits() -> None:
+    """Slurm lists a COMPLETING job on the nodes still completing: n1 finished first and drops out of the listing
+    (lab, run 3 of test_job_output_claims: "Resending TERMINATE_JOB ... Nodelist=n2")."""
+    job = SlurmJob(job_id=7, name="t", user="alice", state=JobState.COMPLETING, nodes=("n2",), partition="gpu")
+    snap = cluster(4).model_copy(update={"jobs": (job,)})
+    view = view_for(snap, 7, "n1")
+    assert view.job is not None and view.job.completing
+    assert allocation_partial(view, request("n1", job=7, user="alice"))
+    assert not allocation_partial(view, request("n2", job=7, user="alice"))
+    ended = snapshot_with(7, "alice", ("n1", "n2"))  # FAILED: the whole allocation again
+    assert not allocation_partial(view_for(ended, 7, "n1"), request("n1", job=7, user="alice"))

@@ -69,7 +69,7 @@ from workflows.policy.fleet.lifecycle import (
     sync_with_view,
 )
 from workflows.policy.fleet.operator_actions import apply_operator_action, operator_refusal
-from workflows.policy.fleet.request_check import checked_request
+from workflows.policy.fleet.request_check import allocation_partial, checked_request
 from workflows.policy.fleet.suspicion import MAX_JOB_EXCLUSIONS, active_suspicions
 from workflows.policy.fleet.view import as_fleet_view, build_fleet_view, view_input
 
@@ -81,6 +81,7 @@ __all__ = [
     "MAX_INCIDENTS_PER_NODE",
     "MAX_JOB_EXCLUSIONS",
     "active_suspicions",
+    "allocation_partial",
     "apply_operator_action",
     "as_fleet_view",
     "checked_request",

@@ -19,7 +19,7 @@ from workflows.domain.fleet import IsolationRequest
 from workflows.domain.fleet_view import FleetView
 from workflows.domain.slurm import NodeBaseState
 
-__all__ = ["checked_request"]
+__all__ = ["allocation_partial", "checked_request"]
 
 _FAILING_STATES = frozenset({NodeBaseState.DOWN, NodeBaseState.ERROR})
 _FAILING_FLAGS = frozenset({"FAIL", "FAILING", "NOT_RESPONDING"})
@@ -28,6 +28,15 @@ _FAILING_FLAGS = frozenset({"FAIL", "FAILING", "NOT_RESPONDING"})
 def _node_failing(view: FleetView, name: str) -> bool:
     node = view.node(name) if name in view.asked else None
     return node is not None and (node.state in _FAILING_STATES or bool(_FAILING_FLAGS & set(node.flags)))
+
+
+def allocation_partial(view: FleetView, req: IsolationRequest) -> bool:
+    """The job is completing and its listing lacks some of the request's nodes: wait for the whole list (a node
+    that finished completing first drops out of the listing until the job has ended)."""
+    alloc = view.job
+    if alloc is None or not alloc.listed or not alloc.completing:
+        return False
+    return any(n not in alloc.nodes for n in req.nodes)
 
 
 def checked_request(req: IsolationRequest, view: FleetView) -> tuple[IsolationRequest, tuple[str, ...]]:

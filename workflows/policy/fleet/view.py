@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from workflows.domain.fleet import FleetState, IsolationRequest
 from workflows.domain.fleet_view import FleetView, FleetViewInput, JobAllocation, PlaceableNodes
-from workflows.domain.slurm import ClusterSnapshot, NodeBaseState, SlurmNode
+from workflows.domain.slurm import ClusterSnapshot, JobState, NodeBaseState, SlurmNode
 from workflows.policy.fleet.common import unique
 
 __all__ = ["as_fleet_view", "build_fleet_view", "in_partition", "is_placeable", "view_input"]
@@ -68,7 +68,8 @@ def _allocation(snapshot: ClusterSnapshot, job_id: int) -> JobAllocation:
     job = snapshot.job(job_id)
     if job is None:
         return JobAllocation(job_id=job_id, listed=False)
-    return JobAllocation(job_id=job_id, listed=True, user=job.user, nodes=job.nodes)
+    completing = job.state is JobState.COMPLETING
+    return JobAllocation(job_id=job_id, listed=True, user=job.user, nodes=job.nodes, completing=completing)
 
 
 def as_fleet_view(
