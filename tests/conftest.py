@@ -34,5 +34,6 @@ def task_queue() -> str:
 
 # A real munged (operators' MUNGE credentials), shared by the tests that sign or verify an action.
 from tests.munge_support import munge_lab  # noqa: E402, F401
+
 # A real non-root Unix user with an environment it can use (the red-team tests act as it).
 from tests.security.redteam import redteam_user  # noqa: E402, F401
