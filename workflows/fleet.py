@@ -10,6 +10,7 @@ for an operator (``workflows.policy.fleet.suspicion``). Operators act through th
 ``operator_request`` (``rebound approve|reject|mode|breaker``). Drained nodes get a health check and return to
 service, or are held for repair. Decisions live in ``workflows.policy.fleet``; this class sequences and records.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -357,7 +357,9 @@ async def query_fleet_decision(client: Client, cluster: str, request_id: str) ->
     """The Fleet's own record of its decision on ``request_id`` (None: none)."""
     handle = client.get_workflow_handle(fleet_workflow_id(cluster))
     decision: IsolationDecision | None = await handle.query(
-        FLEET_DECISION_QUERY, request_id, result_type=IsolationDecision | None  # type: ignore[arg-type]
+        FLEET_DECISION_QUERY,
+        request_id,
+        result_type=IsolationDecision | None,  # type: ignore[arg-type]
     )
     return decision
 
