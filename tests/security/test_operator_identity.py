@@ -97,4 +97,4 @@ async def test_the_operator_list_is_live(security_lab: LabHandle, fleet: Client,
 
 # Pausing another user's job as a non-operator is refused the same way (one update, operator_request): the
 # workflow test with a real munged and a real non-root user's credential covers it
-# (tests/workflows/test_job_recovery.py::test_a_non_operator_cannot_pause_a_job); a lab job would add ~35 s to make test.
+# (tests/workflows/test_job_recovery.py::test_a_non_operator_cannot_pause_a_job); a lab job would cost ~35 s.
