@@ -31,8 +31,6 @@ from workflows.fleet import FleetWorkflow
 from workflows.policy import operators as rules
 from workflows.policy.fleet import open_approval
 
-NOW = datetime.now(UTC)
-
 
 @dataclass
 class World:
@@ -59,11 +57,12 @@ class World:
 
 def _pending_state(cluster: str) -> FleetState:
     """A Fleet with two pending restart approvals (nobody waits for their answer: ``reply_to`` is empty)."""
+    now = datetime.now(UTC)  # at the test's start, not the module's import: the approvals must still be pending
     state = FleetState(cluster=cluster, mode=FleetMode.ACT)
     for job in (1, 2):
         req = IsolationRequest(request_id=f"r{job}", reply_to="", job_id=job, incident="1", cause="rank-crash",
-                               requested_at=NOW)  # fmt: skip
-        state, _ = open_approval(state, ApprovalKind.RESTART, req, (), ("test",), FleetPolicy(), NOW)
+                               requested_at=now)  # fmt: skip
+        state, _ = open_approval(state, ApprovalKind.RESTART, req, (), ("test",), FleetPolicy(), now)
     return state
 
 
@@ -116,7 +115,7 @@ async def test_replayed_stale_forged_and_unsigned_attempts_are_refused(world: Wo
     await world.send(req)
     assert "replay" in await world.refused(req)  # the same credential again, even by the operator
     stale = req.model_copy(
-        update={"credential": req.credential.model_copy(update={"encoded_at": NOW - timedelta(hours=1)})}
+        update={"credential": req.credential.model_copy(update={"encoded_at": datetime.now(UTC) - timedelta(hours=1)})}
     )
     assert "old" in await world.refused(stale)
     forged_cred = OperatorCredential(munge="MUNGE:" + "A" * 120 + ":", claimed_user="root",
