@@ -20,6 +20,7 @@ from workflows.domain.recovery import (
     GpuEventKey,
     JobRecoveryState,
 )
+from workflows.policy.gpu_claims import event_key
 
 __all__ = [
     "carry",
@@ -36,7 +37,7 @@ __all__ = [
 
 
 def gpu_event_key(event: GpuEvent) -> GpuEventKey:
-    return (event.host, event.index, event.xid, event.sequence)
+    return event_key(event)  # one identity for an event: dedup here, the agent's confirmation (gpu_claims)
 
 
 def take_gpu_event(state: JobRecoveryState, event: GpuEvent) -> JobRecoveryState:

@@ -14,11 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from workflows.domain.gpu import GpuEvent, GpuHealthReport
+from workflows.domain.recovery import GpuEventKey
 
 __all__ = ["confirm_gpu_events", "event_key"]
 
 
-def event_key(event: GpuEvent) -> tuple[str, int | None, int | None, int]:
+def event_key(event: GpuEvent) -> GpuEventKey:
+    """An event's identity in its node's stream: a re-sent signal and the agent's own listing compare equal."""
     return (event.host, event.index, event.xid, event.sequence)
 
 
