@@ -6,6 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from workflows.domain.base import Frozen
+from workflows.domain.node_events import KernelSeverity, NodeEventKind
 
 
 class GpuSample(Frozen):
@@ -63,6 +64,10 @@ class GpuEventKind(StrEnum):
     GPU_LOST = "gpu_lost"
     GPU_MISSING = "gpu_missing"
     SOURCE_DOWN = "source_down"
+    SXID = "sxid"
+    """An NVSwitch error (kernel log): ``sxid`` set, ``pci_bus_id`` the switch's, no GPU index."""
+    NODE = "node"
+    """A kernel-log event about the node, not one GPU (``node_event`` says what: PCIe AER, InfiniBand, MCE...)."""
 
 
 class GpuEvent(Frozen):
@@ -78,6 +83,17 @@ class GpuEvent(Frozen):
     observed_at: datetime | None = None
     sequence: int = 0
     """Position in the reporting source's event stream; an event cursor names the last sequence seen."""
+    sxid: int | None = None
+    """Kind ``SXID``: the NVSwitch error number."""
+    node_event: NodeEventKind | None = None
+    """Kernel-log events: what the line reported (``source`` is then ``kernel log``)."""
+    severity: KernelSeverity | None = None
+    """Kernel-log events: the severity read from the line (an SXid's also from NVIDIA's table); policy maps it to an
+    action (``workflows/policy/node_events.py``). None for NVML/DCGM events (the XID catalogue decides)."""
+    device: str = ""
+    """Kernel-log events: the other device the line names (NIC and port, block device, file system, server)."""
+    detail: str = ""
+    """Kernel-log events: the line itself, trimmed, for the record."""
 
 
 class GpuHealthReport(Frozen):
