@@ -9,6 +9,31 @@ from workflows.domain.base import Frozen
 from workflows.domain.node_events import KernelSeverity, NodeEventKind
 
 
+class GpuRecoveryAction(StrEnum):
+    """What the driver says a GPU needs to recover (NVML's ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` field, and the new
+    action an XID 154 line names). The values are pynvml's ``NVML_GPU_RECOVERY_ACTION_*`` constants 0-7, in order;
+    ``UNKNOWN`` is a value pynvml does not define (its number is kept beside it)."""
+
+    NONE = "none"
+    GPU_RESET = "gpu_reset"
+    NODE_REBOOT = "node_reboot"
+    DRAIN_P2P = "drain_p2p"
+    DRAIN_AND_RESET = "drain_and_reset"
+    RECOVER_IMEX_DOMAIN = "recover_imex_domain"
+    BUS_RESET = "bus_reset"
+    SYSTEM_REBOOT = "system_reboot"
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def from_code(cls, code: int) -> GpuRecoveryAction:
+        """The action NVML's number stands for; ``UNKNOWN`` for a number pynvml does not define."""
+        return _RECOVERY_BY_CODE.get(code, cls.UNKNOWN)
+
+
+#: pynvml's NVML_GPU_RECOVERY_ACTION_NONE (0) ... NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT (7), in that order.
+_RECOVERY_BY_CODE = {code: action for code, action in enumerate(tuple(GpuRecoveryAction)[:-1])}
+
+
 class GpuSample(Frozen):
     """One GPU's health fields at one moment. ``None`` means unknown; ``unsupported`` names fields the driver lacks."""
 
@@ -45,6 +70,19 @@ class GpuSample(Frozen):
     pcie_replay_count: int | None = None
     nvlink_crc_errors: int | None = None
     """CRC flit plus CRC data errors, summed over the active NVLinks."""
+    nvlink_replay_errors: int | None = None
+    """DCGM: NVLink retransmissions, summed over the links (``DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL``)."""
+    nvlink_recovery_errors: int | None = None
+    """DCGM: NVLink link recoveries (the link went down and came back), ``..._RECOVERY_ERROR_COUNT_TOTAL``."""
+    power_violation_us: int | None = None
+    """DCGM: time throttled by the power limit, in microseconds since DCGM started (``DCGM_FI_DEV_POWER_VIOLATION``)."""
+    thermal_violation_us: int | None = None
+    """DCGM: time throttled by temperature, in microseconds (``DCGM_FI_DEV_THERMAL_VIOLATION``)."""
+    recovery_action: GpuRecoveryAction | None = None
+    """NVML's GPU recovery action field (drivers R570+); None: not read (unsupported, or the read failed: see
+    ``unsupported``/``errors``), never taken for ``NONE``."""
+    recovery_action_code: int | None = None
+    """The field's raw number, kept for an ``UNKNOWN`` action (a value newer than pynvml)."""
     last_xid: int | None = None
     """DCGM only: the exporter's XID gauge, the LAST XID the GPU raised (0: none). Not an event: see GpuEvent."""
     missing: bool = False
@@ -94,6 +132,12 @@ class GpuEvent(Frozen):
     """Kernel-log events: the other device the line names (NIC and port, block device, file system, server)."""
     detail: str = ""
     """Kernel-log events: the line itself, trimmed, for the record."""
+    fatal: bool | None = None
+    """The XID line's own ``Fatal``/``Nonfatal`` label (NVLink5 XIDs 144-150 print one); None where the source
+    gives no line or the line no label. Where set, it outranks the catalogue's fixed severity for that XID."""
+    recovery_action: GpuRecoveryAction | None = None
+    """XID 154's new recovery action ("GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot
+    Required)"); None where the source gives no line or the line names none."""
 
 
 class GpuHealthReport(Frozen):
@@ -210,6 +254,8 @@ class GpuHealthFinding(Frozen):
     """The previous sample's value, for growth rules."""
     xid: int | None = None
     event: GpuEvent | None = None
+    source: str = ""
+    """Which source's reading fired the rule (``nvml``, ``dcgm``); set where verdicts of two sources are merged."""
 
 
 class GpuVerdict(Frozen):

@@ -1,5 +1,10 @@
 """GPU health rules over events: what an XID means by NVIDIA's catalogue, double-bit ECC, lost and missing GPUs,
 and an application-class XID that keeps repeating on one GPU. Pure; the catalogue comes in as data.
+
+Where the source read the driver's line (job logs, the kernel log), what the line says outranks the catalogue's
+fixed row for the number: a ``Nonfatal`` label (NVLink5 XIDs 144-150 print one per error; NVIDIA's decode table
+says non-fatal ones need no action) makes the XID informational, a ``Fatal`` one at least a GPU reset; XID 154's
+new recovery action decides XID 154 (``workflows.policy.gpu_recovery``), so 154 back to None is no fault.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ from workflows.domain.gpu import (
     XidCatalog,
     XidCatalogEntry,
 )
+from workflows.policy.gpu_recovery import recovery_verdict
 from workflows.policy.gpu_thresholds import GpuHealthThresholds, gpu_finding
 
-__all__ = ["event_findings", "repeat_findings", "xid_verdict"]
+__all__ = ["event_findings", "is_gpu_fault", "repeat_findings", "xid_event_verdict", "xid_verdict"]
 
 _H, _D, _F = GpuHealthStatus.HEALTHY, GpuHealthStatus.DEGRADED, GpuHealthStatus.FAILED
 
@@ -59,6 +65,31 @@ def xid_verdict(xid: int, catalog: XidCatalog) -> tuple[GpuHealthStatus, GpuActi
     return status, action, f"{what}: catalogue action {bucket}{advice}"
 
 
+def xid_event_verdict(event: GpuEvent, catalog: XidCatalog) -> tuple[GpuHealthStatus, GpuAction, str]:
+    """What one XID event means: the catalogue's verdict for its number, overruled by what the driver's line said
+    (its Fatal/Nonfatal label, XID 154's new recovery action) where the source read one."""
+    xid = event.xid if event.xid is not None else -1
+    status, action, text = xid_verdict(xid, catalog)
+    if xid == 154 and event.recovery_action is not None:
+        r_status, r_action, r_text = recovery_verdict(event.recovery_action)
+        return r_status, r_action, f"XID 154 (GPU recovery action changed) to {event.recovery_action.value}: {r_text}"
+    if event.fatal is False:
+        return _H, GpuAction.NONE, f"{text}; the driver labels this one Nonfatal: no action"
+    if event.fatal is True and action.rank < GpuAction.RESET_GPU.rank:
+        return _F, GpuAction.RESET_GPU, f"{text}; the driver labels this one Fatal: reset the GPU"
+    return status, action, text
+
+
+def is_gpu_fault(event: GpuEvent, catalog: XidCatalog) -> bool:
+    """Whether the event is a fault at all: False for one whose every finding asks for no action (an informational
+    XID, a Nonfatal NVLink error, XID 154 back to None, a source going down). Such an event stays evidence but must
+    interrupt no job and rate no failure as hardware."""
+    if event.kind is GpuEventKind.SOURCE_DOWN:
+        return False
+    findings = event_findings(event, catalog, pinned=event.index is not None)
+    return any(f.action is not GpuAction.NONE for f in findings)
+
+
 def _bucket(entry: XidCatalogEntry) -> str | None:
     for candidate in (entry.action, entry.nvsentinel_action):
         if candidate in _XID_BUCKETS:
@@ -73,7 +104,7 @@ def event_findings(event: GpuEvent, catalog: XidCatalog, *, pinned: bool) -> lis
     if event.kind is GpuEventKind.XID:
         if event.xid is None:
             return [gpu_finding("xid", _D, GpuAction.WATCH, f"an XID event without a code{via}{where}", event=event)]
-        status, action, text = xid_verdict(event.xid, catalog)
+        status, action, text = xid_event_verdict(event, catalog)
         return [gpu_finding("xid", status, action, f"{text}{where}", xid=event.xid, event=event)]
     if event.kind is GpuEventKind.ECC_DBE:
         return [

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from workflows.domain.gpu import GpuAction, GpuHealthFinding, GpuHealthStatus, GpuSample
+from workflows.domain.gpu import GpuAction, GpuHealthFinding, GpuHealthStatus, GpuRecoveryAction, GpuSample
+from workflows.policy.gpu_recovery import recovery_verdict
 from workflows.policy.gpu_thresholds import GpuHealthThresholds, gpu_finding
 
 __all__ = ["CLOCKS_EVENT_REASONS", "decode_clocks_event_reasons", "sample_findings"]
@@ -97,6 +98,7 @@ def sample_findings(s: GpuSample, prev: GpuSample | None, t: GpuHealthThresholds
                 previous=prev.ecc_uncorrected_aggregate if prev else "",
             )
         )
+    out += _recovery_findings(s)
     if s.remap_failure:
         out.append(
             gpu_finding(
@@ -143,6 +145,26 @@ def sample_findings(s: GpuSample, prev: GpuSample | None, t: GpuHealthThresholds
     if prev is not None:
         out += _growth_findings(s, prev, t)
     return out
+
+
+def _recovery_findings(s: GpuSample) -> list[GpuHealthFinding]:
+    """``recovery_action``: the driver's own word on what the GPU needs (None, not read: no finding, and never
+    taken for ``none``; ``none`` itself: nothing to say)."""
+    action = s.recovery_action
+    if action is None or action is GpuRecoveryAction.NONE:
+        return []
+    status, act, text = recovery_verdict(action)
+    code = f" (code {s.recovery_action_code})" if action is GpuRecoveryAction.UNKNOWN else ""
+    return [
+        gpu_finding(
+            "recovery_action",
+            status,
+            act,
+            f"recovery_action={action.value}{code}: {text}",
+            field="recovery_action",
+            value=s.recovery_action_code if action is GpuRecoveryAction.UNKNOWN else action.value,
+        )
+    ]
 
 
 def _watch(rule: str, reason: str, field: str, value: object, previous: object = "") -> GpuHealthFinding:
