@@ -252,14 +252,17 @@ ROWS: tuple[Signature, ...] = (
     row("dataloader_killed", _C.DATALOADER_KILLED, _K.KILLED, _CU, 79,
          r"DataLoader worker \(pid(?:\(s\))? [\d, ]+\) "
          r"(?:is killed by signal: (?P<signal>[\w ]+)|exited unexpectedly)", hints=("dataloader worker",)),
-    # Host OOM: the kernel's or the cgroup's killer, or an allocation the host could not serve.
+    # Host OOM: the kernel's or the cgroup's killer, or an allocation the host could not serve. Slurm's own words
+    # too: slurmstepd's "Detected 1 oom-kill event(s) in StepId=12.0", its memory accounting's "Step 12.0 exceeded
+    # memory limit (123 > 100), being killed" and, at the step's end, "Exceeded step memory limit at some point."
     row("oom_kill", _C.HOST_OOM, _K.KILLED, _CU, 78,
          r"(?i:\boom[-_ ]kill)|Out of memory: Killed process|(?i:memory cgroup out of memory)|OOM Killed"
          r"|\bOOMKilled\b|Out Of Memory|\bOUT_OF_ME(?:MORY|\+)|\bKilled process \d+ \("
          r"|DefaultCPUAllocator: (?:not enough memory|can't allocate memory)|^(?:builtins\.)?MemoryError\b"
-         r"|\[Errno 12\] Cannot allocate memory", signal=9,
+         r"|\[Errno 12\] Cannot allocate memory|\bExceeded (?:step|job) memory limit\b"
+         r"|\b(?:Step|Job) \S+ exceeded memory limit \(\d+ > \d+\), being killed", signal=9,
          hints=("oom", "out of memory", "out_of_me", "killed process", "defaultcpuallocator", "memoryerror",
-             "cannot allocate memory")),
+             "cannot allocate memory", "memory limit")),
     # --- death by signal, as printed by faulthandler, the shell, torchrun, UCX or MPI ---
     row("segfault", _C.SEGFAULT, _K.SEGFAULT, _CU, 77,
          r"Segmentation fault|\bSIGSEGV\b|\b[Ss]ignal:? 11\b|Caught signal 11\b", signal=11,

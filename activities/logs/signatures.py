@@ -11,7 +11,9 @@ What a matched line implicates is ``activities.logs.signature_fields.extract``'s
 
 The XID catalogue (``xid_catalog.tsv`` beside this module: NVIDIA's catalogue with NVSentinel's actions and a
 recommended action per XID) is read on first use through ``activities.gpu.xid_catalog``, its one loader: an XID
-the catalogue calls informational (43, 63, ...) is context, 79 is ``gpu_fell_off_bus``, any other is ``xid``.
+the catalogue calls informational (43, 63, ...) is context, 79 is ``gpu_fell_off_bus``, any other is ``xid``. An
+NVRM line's own words outrank the catalogue (``workflows.policy.xid_line``): an XID the driver labels ``Nonfatal``
+(NVLink5, 144-150) and XID 154 back to a recovery action of None are context too.
 An exit status that names SIGSEGV or SIGBUS (a row's ``by_signal``) is filed under that signal's category.
 """
 
@@ -26,17 +28,25 @@ from activities.logs.signature_fields import signal_number
 from activities.logs.signature_table import ROWS
 from activities.logs.signature_types import CATEGORIES, Category, Prepared, Role, Signature, SignatureMatch
 from activities.logs.terminal import strip_terminal_codes
+from workflows.domain.gpu import GpuRecoveryAction
 from workflows.domain.incident import FailureClass
+from workflows.policy.xid_line import xid_line_facts
 
 __all__ = ["SIGNATURES", "match", "peel", "prepare"]
 
 SIGNATURES: tuple[Signature, ...] = tuple(sorted(ROWS, key=lambda s: -s.priority))
 """The table, highest priority first (rows of equal priority in the order written)."""
 
-# Chatter that mentions errors without being one: NCCL's INFO trace, optional plugins that are absent.
+# Chatter that mentions errors without being one: NCCL's INFO trace, optional plugins that are absent, and the
+# mlx5 driver's notices: a transceiver module's state at info level ("Port module event: module 0, Cable
+# unplugged"; a module fault is printed as "Port module event[error]: ..."), a netdev's "Link down"/"Link up" as a
+# port comes up (a link lost under a job shows in its NCCL/UCX completion errors), and the write-combining probe at
+# device init, whose failure only turns an optimisation off.
 _BENIGN = re.compile(
     r"\bNCCL INFO\b|Failed to open libibverbs|NET/Plugin\b|No plugin found|Could not find: libnccl-net"
     r"|Could not find real path"
+    r"|\bmlx5_core \S+: (?:\S+: )?Port module event: module \d+, |\bmlx5_core \S+ [\w.\-]+: Link (?:up|down)\s*$"
+    r"|\bmlx5_ib_test_wc\b.*while trying to test write-combining support"
 )
 _SIGNAL_CATEGORY = {11: Category.SEGFAULT, 7: Category.BUS_ERROR}
 
@@ -116,7 +126,7 @@ def match(body: str) -> SignatureMatch | None:
         sig = SIGNATURES[i]
         m = sig.pattern.search(body)
         if m is not None:
-            return _resolve(sig, {k: v for k, v in m.groupdict().items() if v is not None})
+            return _resolve(sig, {k: v for k, v in m.groupdict().items() if v is not None}, body)
     return None
 
 
@@ -179,7 +189,7 @@ _PREFIX_HINTS = _prefix_hints(list(_ROWS_OF_HINT))
 _HINT_AT = re.compile(_hint_trie(list(_ROWS_OF_HINT)), re.DOTALL)
 
 
-def _resolve(sig: Signature, groups: dict[str, str]) -> SignatureMatch:
+def _resolve(sig: Signature, groups: dict[str, str], body: str) -> SignatureMatch:
     category, role, detail = sig.category, sig.role, ""
     if sig.xid_catalog and "xid" in groups:
         # The catalogue is read on first use, by its one loader (the GPU health verdict reads it too).
@@ -194,6 +204,9 @@ def _resolve(sig: Signature, groups: dict[str, str]) -> SignatureMatch:
             detail = f"XID {xid} {entry.mnemonic}: {entry.meaning}; recommended: {action}"
             if action.startswith("None (informational)") or action == "IGNORE":
                 category, role = Category.NONE, Role.INFO  # e.g. 43, 63: context, not a failure of its own
+            elif (said := _driver_says_no_action(body, xid)) is not None:
+                detail = f"{detail}; {said}"
+                category, role = Category.NONE, Role.INFO
             elif "FALLEN_OFF_THE_BUS" in entry.mnemonic:
                 category = Category.GPU_FELL_OFF_BUS
             elif entry.action == "RESTART_APP":
@@ -207,6 +220,18 @@ def _resolve(sig: Signature, groups: dict[str, str]) -> SignatureMatch:
         return SignatureMatch(sig, groups, category, role, sig.failure_class, sig.restartable, detail)
     info_c = CATEGORIES[category]
     return SignatureMatch(sig, groups, category, role, info_c.failure_class, info_c.restartable, detail)
+
+
+def _driver_says_no_action(body: str, xid: int) -> str | None:
+    """Why the NVRM line itself makes this XID context (its Nonfatal label, XID 154 back to None), or None."""
+    facts = xid_line_facts(body)
+    if facts is None or facts.xid != xid:
+        return None
+    if facts.fatal is False:
+        return "the driver labels it Nonfatal: no action"
+    if facts.recovery_to is GpuRecoveryAction.NONE:
+        return "the recovery action is back to None: nothing to do"
+    return None
 
 
 def _signal_of(groups: dict[str, str]) -> int | None:
