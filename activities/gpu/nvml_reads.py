@@ -2,7 +2,9 @@
 
 Every field is read on its own, so one ``NOT_SUPPORTED`` (recorded in ``unsupported``) or other failure (recorded
 in ``errors``) never sinks the rest of the sample; ``GPU_IS_LOST`` sets ``lost``. Drivers without
-``ClocksEventReasons``/``TemperatureV`` fall back to ``ThrottleReasons``/``Temperature``. Blocking; the caller
+``ClocksEventReasons``/``TemperatureV`` fall back to ``ThrottleReasons``/``Temperature``. The GPU recovery action is
+a field value (``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``, R570+): each field carries its own return code, which is
+checked like a call's, so a driver without it leaves the action unread (None), never ``none``. Blocking; the caller
 (``activities.gpu.nvml.NvmlSource``) serialises the calls.
 """
 
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from workflows.domain.gpu import GpuSample
+from workflows.domain.gpu import GpuRecoveryAction, GpuSample
 
 __all__ = ["NvmlGpu", "NvmlReader", "handle_address"]
 
@@ -138,6 +140,7 @@ class NvmlReader:
         f.read(("clocks_event_reasons",), lambda: (self._clocks_event_reasons(h),))
         f.read(("pcie_replay_count",), lambda: (int(nv.nvmlDeviceGetPcieReplayCounter(h)),))
         f.read(("nvlink_crc_errors",), lambda: (self._nvlink_crc_errors(h),))
+        f.read(("recovery_action", "recovery_action_code"), lambda: self._recovery_action(h))
         return GpuSample.model_validate(
             {
                 **f.values,
@@ -191,6 +194,23 @@ class NvmlReader:
         corr, unc, pending, failure = self._nv.nvmlDeviceGetRemappedRows(h)
         return int(corr), int(unc), bool(pending), bool(failure)
 
+    def _recovery_action(self, h: Any) -> tuple[GpuRecoveryAction, int]:
+        nv = self._nv
+        field = getattr(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
+        if field is None:
+            raise nv.NVMLError(nv.NVML_ERROR_NOT_SUPPORTED)  # a pynvml older than the field cannot ask for it
+        try:
+            (value,) = nv.nvmlDeviceGetFieldValues(h, [field])
+        except nv.NVMLError_FunctionNotFound:
+            raise nv.NVMLError(nv.NVML_ERROR_NOT_SUPPORTED) from None
+        rc = int(value.nvmlReturn)
+        if rc == int(nv.NVML_ERROR_INVALID_ARGUMENT):
+            rc = int(nv.NVML_ERROR_NOT_SUPPORTED)  # a driver that does not know the field id at all
+        if rc != int(nv.NVML_SUCCESS):
+            raise nv.NVMLError(rc)
+        code = _field_int(nv, value)
+        return GpuRecoveryAction.from_code(code), code
+
     def _nvlink_crc_errors(self, h: Any) -> int:
         nv = self._nv
         total = 0
@@ -206,3 +226,18 @@ class NvmlReader:
                     int(nv.nvmlDeviceGetNvLinkErrorCounter(h, link, getattr(nv, c))) for c in _NVLINK_CRC_COUNTERS
                 )
         return total
+
+
+def _field_int(nv: Any, value: Any) -> int:
+    """A field value's number, read from the union member its ``valueType`` names."""
+    member = {
+        int(nv.NVML_VALUE_TYPE_UNSIGNED_INT): "uiVal",
+        int(nv.NVML_VALUE_TYPE_UNSIGNED_LONG): "ulVal",
+        int(nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG): "ullVal",
+        int(nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG): "sllVal",
+        int(nv.NVML_VALUE_TYPE_SIGNED_INT): "siVal",
+        int(nv.NVML_VALUE_TYPE_UNSIGNED_SHORT): "usVal",
+    }.get(int(value.valueType))
+    if member is None:  # a double, or a type this code does not know: not a recovery action number
+        raise nv.NVMLError(nv.NVML_ERROR_UNKNOWN)
+    return int(getattr(value.value, member))

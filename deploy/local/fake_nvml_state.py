@@ -9,6 +9,7 @@ so appending a line changes what the next NVML call sees. Grammar (one directive
     gpu 3 temp 91                 # and util/mem_used/power_mw/ecc_*/clocks_event/retired_pending/remap/...
     gpu 3 retired_sbe 4           # pages retired per cause (retired_dbe too); sm_clock / sm_clock_max in MHz
     gpu 3 lost 1                  # every per-device call then returns NVML_ERROR_GPU_IS_LOST
+    gpu 3 recovery_action 2       # NVML's GPU recovery action field (2 = node reboot; 0 = none, the default)
     xid 3 79                      # event log: an XID critical error on GPU 3
 """
 
@@ -49,6 +50,12 @@ def append_xid(path: Path, gpu_index: int, xid: int) -> None:
 def mark_gpu_lost(path: Path, gpu_index: int) -> None:
     """Make the GPU fall off the bus: every later per-device call fails with GPU_IS_LOST."""
     _append(path, f"gpu {gpu_index} lost 1")
+
+
+def set_recovery_action(path: Path, gpu_index: int, code: int) -> None:
+    """Set the GPU recovery action NVML reports (pynvml's ``NVML_GPU_RECOVERY_ACTION_*``: 0 none, 1 GPU reset,
+    2 node reboot, 3 drain P2P, 4 drain and reset, ...; any other number is a value pynvml does not define)."""
+    _append(path, f"gpu {gpu_index} recovery_action {code}")
 
 
 def set_gpu_field(path: Path, gpu_index: int, field: str, *values: int | str) -> None:

@@ -30,6 +30,10 @@
  *   gpu N nvlinks K                number of NVLinks (0 = NVLink calls return NOT_SUPPORTED; default 18)
  *   gpu N nvlink L replay|recovery|crc_flit|crc_data|ecc_data K
  *   gpu N events_supported MASK    nvmlDeviceGetSupportedEventTypes (default 0xC1F)
+ *   gpu N recovery_action K        nvmlDeviceGetFieldValues' NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (default 0 = none;
+ *                                  any number, so a value newer than pynvml can be tested). Every other field id
+ *                                  answers NOT_SUPPORTED in its own nvmlReturn, as a driver without it does
+ *   gpu N recovery_action_rc RC    that field's own nvmlReturn (3 = NOT_SUPPORTED: a driver before R570)
  *   gpu N name TEXT...             product name (rest of the line)
  *   gpu N lost 1                   every per-device call returns NVML_ERROR_GPU_IS_LOST (15), including
  *                                  nvmlDeviceGetHandleByIndex_v2 and nvmlDeviceGetIndex, as nvml.h documents
@@ -108,7 +112,8 @@ typedef struct {
 typedef struct {
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
     unsigned int temp, util_gpu, util_mem, power_mw, pcie_replay, nvlinks, remap[4];
-    unsigned int retired[NVML_PAGE_RETIREMENT_CAUSE_COUNT], sm_clock, sm_clock_max;
+    unsigned int retired[NVML_PAGE_RETIREMENT_CAUSE_COUNT], sm_clock, sm_clock_max, recovery_action,
+        recovery_action_rc;
     int retired_pending, lost, nfails;
     unsigned long long mem_used, mem_total, clocks_event, events_supported;
     unsigned long long ecc[NVML_MEMORY_ERROR_TYPE_COUNT][NVML_ECC_COUNTER_TYPE_COUNT];
@@ -309,6 +314,10 @@ static int parse_gpu_field(fake_gpu *g, char **tok, int ntok, const char *name) 
         g->events_supported = v;
     } else if (strcmp(f, "lost") == 0) {
         g->lost = v != 0;
+    } else if (strcmp(f, "recovery_action") == 0 && v <= 0xFFFFFFFFULL) {
+        g->recovery_action = (unsigned int)v;
+    } else if (strcmp(f, "recovery_action_rc") == 0 && v <= 0xFFFFFFFFULL) {
+        g->recovery_action_rc = (unsigned int)v;
     } else {
         return 0;
     }
@@ -909,6 +918,34 @@ nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *v
             rc = NVML_ERROR_INVALID_ARGUMENT;
         } else {
             *value = c.gpu->pcie_replay;
+        }
+    }
+    return leave(&c, rc);
+}
+
+/* Field values: the GPU recovery action only (drivers R570+). The call succeeds and each field carries its own
+ * return code, as NVML does: a field this "driver" lacks is NOT_SUPPORTED in its nvmlReturn, not in the call's. */
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values) {
+    fake_call c;
+    nvmlReturn_t rc = enter_device(&c, __func__, device);
+    if (rc == NVML_SUCCESS && (values == NULL || valuesCount < 0)) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (rc == NVML_SUCCESS) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        for (int i = 0; i < valuesCount; i++) {
+            nvmlFieldValue_t *v = &values[i];
+            v->timestamp = (long long)now.tv_sec * 1000000LL + now.tv_nsec / 1000;
+            v->latencyUsec = 0;
+            memset(&v->value, 0, sizeof v->value);
+            if (v->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
+                v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+                v->value.uiVal = c.gpu->recovery_action;
+                v->nvmlReturn = (nvmlReturn_t)c.gpu->recovery_action_rc;
+            } else {
+                v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            }
         }
     }
     return leave(&c, rc);
