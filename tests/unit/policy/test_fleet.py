@@ -34,6 +34,7 @@ from workflows.policy.fleet import (
     after_drain,
     after_health_check,
     answer_approval,
+    approval_refusal,
     breaker_status,
     decide_isolation,
     expire_approvals,
@@ -44,7 +45,6 @@ from workflows.policy.fleet import (
     open_approval,
     remember_decision,
     sync_with_view,
-    validate_answer,
 )
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -688,25 +688,6 @@ def test_open_approval_numbers_and_deadline() -> None:
     assert (again, same) == (state, second)
 
 
-@pytest.mark.parametrize(
-    ("answer", "policy", "error"),
-    [
-        (ApprovalAnswer(approval_id="a-1", operator="alice", approve=True), OPS, None),
-        (ApprovalAnswer(approval_id="a-1", operator=" ", approve=True), OPS, "the operator is empty"),
-        (ApprovalAnswer(approval_id="a-7", operator="alice", approve=True), OPS, "unknown approval id 'a-7'"),
-        (ApprovalAnswer(approval_id="a-1", operator="mallory", approve=True), OPS, "operator 'mallory' may not"),
-        (ApprovalAnswer(approval_id="a-1", operator="alice", approve=True), POLICY, "no operators are configured"),
-    ],
-)
-def test_validate_answer(answer: ApprovalAnswer, policy: FleetPolicy, error: str | None) -> None:
-    state, _ = _open()
-    result = validate_answer(state, answer, policy)
-    if error is None:
-        assert result is None
-    else:
-        assert result is not None and result.startswith(error)
-
-
 def test_answer_approval_and_not_twice() -> None:
     state, _ = _open()
     answer = ApprovalAnswer(approval_id="a-1", operator="alice", approve=False, note="switch issue")
@@ -720,7 +701,7 @@ def test_answer_approval_and_not_twice() -> None:
         "switch issue",
     )
     second = ApprovalAnswer(approval_id="a-1", operator="bob", approve=True)
-    assert validate_answer(state, second, OPS) == "approval a-1 is not pending: already rejected by alice"
+    assert approval_refusal(state, "a-1") == "approval a-1 is not pending: already rejected by alice"
     assert answer_approval(state, second, at(70)) is state
     state, _ = _open(state, number=2)
     state = answer_approval(state, ApprovalAnswer(approval_id="a-2", operator="bob", approve=True), at(80))

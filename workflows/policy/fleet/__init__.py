@@ -50,7 +50,6 @@ from workflows.policy.fleet.approvals import (
     held_by_breaker,
     open_approval,
     storm_announced,
-    validate_answer,
 )
 from workflows.policy.fleet.breaker import breaker_status
 from workflows.policy.fleet.decision import MAX_DECISIONS, decide_isolation, find_decision, remember_decision
@@ -107,6 +106,5 @@ __all__ = [
     "remember_decision",
     "sync_with_view",
     "approval_refusal",
-    "validate_answer",
     "view_input",
 ]

@@ -30,7 +30,6 @@ __all__ = [
     "held_by_breaker",
     "open_approval",
     "storm_announced",
-    "validate_answer",
 ]
 
 MAX_DECIDED_APPROVALS = 100
@@ -98,24 +97,6 @@ def approval_refusal(state: FleetState, approval_id: str) -> str | None:
     if approval.outcome is not ApprovalOutcome.PENDING:
         by = f" by {approval.decided_by}" if approval.decided_by else ""
         return f"approval {approval.id} is not pending: already {approval.outcome.value}{by}"
-    return None
-
-
-def validate_answer(state: FleetState, answer: ApprovalAnswer, policy: FleetPolicy) -> str | None:
-    """Why this answer must be refused (for the update's validator), or None when it may be applied."""
-    operator = answer.operator.strip()
-    if not operator:
-        return "the operator is empty: say who answers (--as NAME)"
-    refusal = approval_refusal(state, answer.approval_id)
-    if refusal is not None:
-        return refusal
-    if not policy.operators:
-        return (
-            "no operators are configured (fleet.operators): nobody may approve or reject; approvals time out "
-            f"to {policy.approval_default.value}"
-        )
-    if operator not in policy.operators:
-        return f"operator {operator!r} may not answer approvals (fleet.operators: {', '.join(policy.operators)})"
     return None
 
 
