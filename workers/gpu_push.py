@@ -28,7 +28,7 @@ from workflows.domain.fleet import NodeGpuFault
 from workflows.domain.gpu import GpuEvent, GpuEventKind, XidCatalog
 from workflows.domain.slurm import JobState, SlurmJob
 from workflows.policy.fleet.late_fault import NODE_LEVEL_ACTIONS
-from workflows.policy.gpu_event_rules import event_findings
+from workflows.policy.gpu_event_rules import event_findings, is_gpu_fault
 
 log = logging.getLogger("rebound.node_agent.gpu_push")
 
@@ -67,12 +67,28 @@ async def push_gpu_events(
         for event in batch.events:
             if event.kind is GpuEventKind.SOURCE_DOWN:
                 continue
+            if not worth_pushing(event):
+                continue
             if event.observed_at is not None and event.observed_at < started + STARTUP_GRACE:
                 log.info("not pushing %s seen at start-up (possibly a replay)", event.kind.value)
                 continue
             await _push(event, scheduler, client, cluster, node)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=poll_s)
+
+
+def worth_pushing(event: GpuEvent) -> bool:
+    """Whether the event is a fault at all (``is_gpu_fault``): an informational XID, an NVLink5 XID the driver labels
+    Nonfatal or XID 154 back to None stays evidence in the agent's reads but interrupts no job. The catalogue
+    unreadable: pushed, the job's recovery judges it."""
+    try:
+        fault = is_gpu_fault(event, default_xid_catalog())
+    except ReboundError as e:
+        log.warning("cannot read the XID catalogue to judge %s: %s; pushing it", event.kind.value, e)
+        return event.kind is not GpuEventKind.SOURCE_DOWN
+    if not fault:
+        log.info("not pushing %s (xid %s): the evidence asks for no action", event.kind.value, event.xid)
+    return fault
 
 
 def node_level_fault(event: GpuEvent, node: str, catalog: XidCatalog) -> NodeGpuFault | None:
