@@ -38,9 +38,10 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-## Everything: lint, types, unit tests and end-to-end tests on a real lab (started by the test session).
+## Everything: lint, types, unit tests and end-to-end tests on a real lab (started by the test session); the lab
+## tests and the others run side by side (deploy/local/test-all.sh).
 test: install lint typecheck
-	$(BIN)/pytest -q -p no:cacheprovider --durations=25
+	BIN=$(BIN) bash deploy/local/test-all.sh
 
 unit: install
 	$(BIN)/pytest -q -m "not lab"

@@ -7,6 +7,7 @@ Rebound and its dependencies from the repository's site-packages through a ``.pt
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import subprocess
@@ -22,6 +23,7 @@ __all__ = ["REDTEAM_USER", "RedTeamUser", "redteam_user"]
 REDTEAM_USER = "rebound-redteam"
 _HOME = Path("/var/tmp/rebound-redteam")
 _SYSTEM_PYTHON = Path("/usr/bin/python3")
+_LOCK = Path("/tmp/rebound-redteam.lock")
 
 
 @dataclass
@@ -85,8 +87,12 @@ def redteam_user() -> RedTeamUser:
                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     if same != str(sys.version_info[:2]):
         pytest.fail(f"/usr/bin/python3 is {same}, the venv's is {sys.version_info[:2]}: compiled packages differ")
-    uid = _ensure_user()
-    user = RedTeamUser(name=REDTEAM_USER, uid=uid, python=_ensure_venv(uid))
+    # make test runs the lab tests and the others in two pytest sessions at once (deploy/local/test-all.sh):
+    # both may reach this, and two useradd or venv creations at once fail or leave a half-made venv.
+    with open(_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        uid = _ensure_user()
+        user = RedTeamUser(name=REDTEAM_USER, uid=uid, python=_ensure_venv(uid))
     probe = user.run([str(user.python), "-c", "import temporalio, workers.cli; print('ok')"], dict(os.environ))
     if probe.stdout.strip() != "ok":
         pytest.fail(f"the red-team user cannot import Rebound: {probe.stderr[-500:]}")
