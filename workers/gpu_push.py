@@ -29,6 +29,7 @@ from workflows.domain.gpu import GpuEvent, GpuEventKind, XidCatalog
 from workflows.domain.slurm import JobState, SlurmJob
 from workflows.policy.fleet.late_fault import NODE_LEVEL_ACTIONS
 from workflows.policy.gpu_event_rules import event_findings, is_gpu_fault
+from workflows.policy.node_events import is_actionable
 
 log = logging.getLogger("rebound.node_agent.gpu_push")
 
@@ -66,6 +67,11 @@ async def push_gpu_events(
         cursor = batch.next_cursor
         for event in batch.events:
             if event.kind is GpuEventKind.SOURCE_DOWN:
+                continue
+            if not is_actionable(event):
+                # A kernel-log event that only asks to be watched (a hung task, a corrected AER): evidence in the
+                # agent's reads, no reason to interrupt a job (workflows/policy/node_events.py).
+                log.info("not pushing %s (%s): informational", event.node_event, event.severity)
                 continue
             if not worth_pushing(event):
                 continue

@@ -166,6 +166,10 @@ class NvmlSource:
         """Events collected since ``cursor`` (0: everything still buffered), oldest first."""
         return self._log.after(cursor)
 
+    def add_event(self, event: GpuEvent) -> GpuEvent:
+        """An event the node's kernel log reported, into the same stream as NVML's own (``GpuSource.add_event``)."""
+        return self._log.append(event)
+
     def _require_open(self) -> None:
         if not self._open:
             raise ReboundError(FailureKind.GPU_SOURCE_UNAVAILABLE, f"NVML source for {self._host} is not open")

@@ -114,6 +114,11 @@ class GpuSource(Protocol):
         """Events collected since ``cursor`` (0: all still buffered)."""
         ...
 
+    def add_event(self, event: GpuEvent) -> GpuEvent:
+        """Put an event another reader of this node saw (its kernel log) into this source's stream, numbered like
+        the source's own: one stream per node, so pushes, fresh reads and cursors treat both alike. Thread-safe."""
+        ...
+
     def close(self) -> None:
         """Stop collecting events and release the connection. Idempotent."""
         ...

@@ -86,6 +86,9 @@ class StateFileGpuSource:
                     self._refresh()
             return self._log.after(cursor)
 
+    def add_event(self, event: GpuEvent) -> GpuEvent:
+        return self._log.append(event)
+
     def close(self) -> None:
         with self._lock:
             self._open = False

@@ -15,7 +15,7 @@ from activities.gpu.port import EventBatch, GpuSource
 from deploy.local.fake_nvml import fake_gpu_uuid
 from tests.gpu.conftest import HOST, FakeNvml, wait_for
 from workflows.domain.errors import FailureKind, ReboundError
-from workflows.domain.gpu import GpuEventKind, GpuHealthReport, GpuSample
+from workflows.domain.gpu import GpuEvent, GpuEventKind, GpuHealthReport, GpuSample
 
 
 @pytest.fixture
@@ -84,6 +84,9 @@ class _StubSource:
 
     def events_after(self, cursor: int) -> EventBatch:
         return EventBatch(events=(), next_cursor=cursor)
+
+    def add_event(self, event: GpuEvent) -> GpuEvent:
+        return event
 
     def close(self) -> None:
         return None

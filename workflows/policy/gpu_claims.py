@@ -27,8 +27,11 @@ def event_key(event: GpuEvent) -> GpuEventKey:
 def confirm_gpu_events(
     claimed: Iterable[GpuEvent], reports: Mapping[str, GpuHealthReport | None]
 ) -> tuple[tuple[GpuEvent, ...], tuple[str, ...]]:
-    """The claimed events a fresh read of their node lists, and one note per event dropped."""
-    listed = {host: {event_key(e) for e in report.events} for host, report in reports.items() if report is not None}
+    """The claimed events a fresh read of their node lists (the node's listed copy), and one note per event
+    dropped."""
+    # The agent's own copy is what counts, not the signal's: a forged signal could name a real event's key with a
+    # graver severity (a kernel-log event's ``severity`` decides its action).
+    listed = {host: {event_key(e): e for e in report.events} for host, report in reports.items() if report is not None}
     kept: list[GpuEvent] = []
     notes: list[str] = []
     for event in claimed:
@@ -40,5 +43,5 @@ def confirm_gpu_events(
         elif event_key(event) not in listed[event.host]:
             notes.append(f"{what}: the node's agent does not list it in a fresh read (not its report: forged?)")
         else:
-            kept.append(event)
+            kept.append(listed[event.host][event_key(event)])
     return tuple(kept), tuple(notes)

@@ -23,6 +23,7 @@ from workflows.domain.gpu import (
 )
 from workflows.policy.gpu_recovery import recovery_verdict
 from workflows.policy.gpu_thresholds import GpuHealthThresholds, gpu_finding
+from workflows.policy.node_events import is_actionable, kernel_verdict
 
 __all__ = ["event_findings", "is_gpu_fault", "repeat_findings", "xid_event_verdict", "xid_verdict"]
 
@@ -84,8 +85,8 @@ def is_gpu_fault(event: GpuEvent, catalog: XidCatalog) -> bool:
     """Whether the event is a fault at all: False for one whose every finding asks for no action (an informational
     XID, a Nonfatal NVLink error, XID 154 back to None, a source going down). Such an event stays evidence but must
     interrupt no job and rate no failure as hardware."""
-    if event.kind is GpuEventKind.SOURCE_DOWN:
-        return False
+    if event.kind is GpuEventKind.SOURCE_DOWN or not is_actionable(event):
+        return False  # a kernel-log event that asks only to be watched (a hung task, an NFS server) is no fault
     findings = event_findings(event, catalog, pinned=event.index is not None)
     return any(f.action is not GpuAction.NONE for f in findings)
 
@@ -122,6 +123,12 @@ def event_findings(event: GpuEvent, catalog: XidCatalog, *, pinned: bool) -> lis
         return [
             gpu_finding("gpu_missing", _F, GpuAction.DRAIN_NODE, f"GPU gone from the source{via}{where}", event=event)
         ]
+    if event.kind in (GpuEventKind.SXID, GpuEventKind.NODE):
+        status, action, text = kernel_verdict(event)
+        if action is GpuAction.NONE:
+            return []  # informational (a corrected error, an overrun): the event stays in the report as evidence
+        rule = "sxid" if event.kind is GpuEventKind.SXID else f"kernel_{event.node_event or 'node'}"
+        return [gpu_finding(rule, status, action, f"{text}{via}", event=event)]
     return []
 
 

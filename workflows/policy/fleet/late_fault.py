@@ -28,9 +28,13 @@ HARDWARE_CONFIDENCE = 0.95
 
 
 def _fault_words(event: GpuEvent) -> str:
-    """``xid-79``, ``ecc_dbe``...: the hardware half of the drain reason."""
+    """``xid-79``, ``ecc_dbe``, ``sxid-24007``, ``fs_readonly``...: the hardware half of the drain reason."""
     if event.kind is GpuEventKind.XID and event.xid is not None:
         return f"xid-{event.xid}"
+    if event.kind is GpuEventKind.SXID and event.sxid is not None:
+        return f"sxid-{event.sxid}"
+    if event.kind is GpuEventKind.NODE and event.node_event is not None:
+        return event.node_event.value
     return event.kind.value
 
 
