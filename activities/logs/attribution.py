@@ -10,23 +10,27 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import activity
 
 from activities.errors import classified_errors
+from activities.gpu.xid_catalog import default_xid_catalog
 from activities.logs.crash import LineReader, to_findings
 from activities.logs.job_logs import LogPolicy, log_patterns
 from activities.logs.job_watcher import unresponsive
 from activities.logs.line import LogLine
 from activities.slurm.port import SchedulerReads
+from workflows.domain.errors import ReboundError
 from workflows.domain.findings import Cause
+from workflows.domain.gpu import GpuEvent
 from workflows.domain.incident import Attribution, LogFinding
 from workflows.domain.loop import AttributeInput, AttributeResult
 from workflows.domain.slurm import ClusterSnapshot
 from workflows.policy.attribution import AttributionFacts, attribute
+from workflows.policy.gpu_event_rules import is_gpu_fault
 
-__all__ = ["AttributionActivities", "LogEvidence"]
+__all__ = ["AttributionActivities", "LogEvidence", "gpu_faults_since"]
 
 #: Attributions that rest on silence alone: worth waiting for the scheduler's word on the nodes.
 _WEAK_CAUSES = frozenset({Cause.RANKS_VANISHED})
@@ -103,7 +107,7 @@ class AttributionActivities:
             evidence.findings,
             ranks=inp.rank_map,
             ranks_logging=evidence.ranks_logging,
-            gpu_events=[e for e in inp.gpu_events if e.observed_at is None or e.observed_at >= since],
+            gpu_events=gpu_faults_since(inp.gpu_events, since),
             unresponsive_nodes=persistence.confirmed(),
             hang=inp.hang,
             odd_ranks=inp.odd_ranks,
@@ -111,6 +115,18 @@ class AttributionActivities:
             stack_summary=inp.stack_summary,
         )
         return attribute(facts)
+
+
+def gpu_faults_since(events: Sequence[GpuEvent], since: datetime) -> list[GpuEvent]:
+    """The GPU events that can explain this failure: seen since ``since`` and faults at all (``is_gpu_fault``). An
+    informational XID, an NVLink5 XID the driver labels Nonfatal or XID 154 back to None is evidence of the GPU's
+    history, not of a hardware failure of the job. Without the catalogue every recent event counts (as before)."""
+    recent = [e for e in events if e.observed_at is None or e.observed_at >= since]
+    try:
+        catalog = default_xid_catalog()
+    except ReboundError:
+        return recent
+    return [e for e in recent if is_gpu_fault(e, catalog)]
 
 
 def _weak(verdict: Attribution, evidence: LogEvidence) -> bool:
