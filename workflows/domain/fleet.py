@@ -16,6 +16,7 @@ from workflows.domain.auth_state import AuthState
 from workflows.domain.base import Frozen
 from workflows.domain.gpu import GpuAction, GpuEvent
 from workflows.domain.incident import ActionRung
+from workflows.domain.node_check import NodeCheckPolicy
 
 
 class FleetMode(StrEnum):
@@ -77,6 +78,8 @@ class FleetPolicy(Frozen):
     """How long a node stays drained before its health check runs (0: at once)."""
     return_healthy_nodes: bool = True
     """Resume a drained node whose health check passed (never a lemon, never a node someone else drained)."""
+    node_check: NodeCheckPolicy = Field(default_factory=NodeCheckPolicy)
+    """The diagnostic job run on a drained node before it is resumed (ADR 016)."""
 
 
 class NodeLifecycle(StrEnum):
