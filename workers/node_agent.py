@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -18,6 +20,9 @@ from temporalio.worker import Worker
 from activities.gpu.activities import GpuActivities
 from activities.gpu.nvml import NvmlSource
 from activities.gpu.port import GpuSource
+from activities.kernel.follow import KernelLogFollower, follow_kernel_log
+from activities.kernel.readers import FileKernelLog, KernelLogReader, KmsgReader, PositionStore
+from activities.kernel.sxid_catalog import default_sxid_catalog
 from activities.procs.activities import ProcsActivities
 from workers.client import connect
 from workers.gpu_push import push_gpu_events
@@ -37,6 +42,35 @@ def node_name(settings: Settings) -> str:
     if not name:
         raise ReboundError(FailureKind.CONFIGURATION, "set REBOUND_NODE_AGENT__NODE_NAME to this node's Slurm name")
     return name
+
+
+def kernel_log_follower(settings: Settings, source: GpuSource) -> KernelLogFollower | None:
+    """The follower of this node's kernel log into ``source``'s event stream, or None when none is configured.
+
+    ``/dev/kmsg`` (any character device) is read record by record; anything else is a file of kernel-style lines
+    (the lab's, ``{node}`` in the setting replaced by the node's name). The position lives in the state directory.
+    """
+    configured = settings.node_agent.kernel_log.strip()
+    if not configured:
+        return None
+    node = source.host
+    path = Path(configured.replace("{node}", node))
+    store = PositionStore(settings.state_dir / "kernel-log" / f"{node}.position.json")
+    position = store.load()
+    try:
+        is_device = stat.S_ISCHR(path.stat().st_mode)
+    except OSError:
+        is_device = str(path) == "/dev/kmsg"  # a missing lab file is created later; a missing /dev/kmsg stays one
+    reader: KernelLogReader = (
+        KmsgReader(path=path, position=position) if is_device else FileKernelLog(path=path, position=position)
+    )
+    try:
+        sxids = default_sxid_catalog()
+    except ReboundError as e:
+        log.warning("kernel log of %s not followed: %s", node, e)
+        return None
+    log.info("following the kernel log of %s at %s (from %s)", node, path, position or "the start of the buffer")
+    return KernelLogFollower(node, reader, source, sxids, store)
 
 
 async def run_node_agent(settings: Settings, stop: asyncio.Event | None = None) -> None:
@@ -117,6 +151,12 @@ async def serve_node(
             source, build_scheduler(settings.slurm), client, settings.cluster_name, node, stop, poll_s=push_poll_s
         )
     )
+    follower = kernel_log_follower(settings, source)
+    kernel = (
+        asyncio.create_task(follow_kernel_log(follower, stop, poll_s=settings.node_agent.kernel_log_poll_s))
+        if follower is not None
+        else None
+    )
     try:
         async with Worker(
             client,
@@ -130,4 +170,6 @@ async def serve_node(
     finally:
         stop.set()
         await pusher
+        if kernel is not None:
+            await kernel
         source.close()

@@ -240,6 +240,17 @@ class NodeAgentSettings(Section):
     py_spy_path: Path | None = Field(
         None, description="py-spy binary for hung ranks' stack dumps (unset: beside the agent's Python, then PATH)."
     )
+    kernel_log: str = Field(
+        "/dev/kmsg",
+        description="The node's kernel log, followed for XIDs, NVSwitch SXids, PCIe AER, machine checks, InfiniBand, "
+        "hung tasks, read-only file systems, NFS/Lustre (docs/node-events.md): /dev/kmsg (a character device, read "
+        "record by record; needs CAP_SYSLOG where dmesg_restrict=1), or a file of kernel-style lines (the lab: "
+        "{node} is replaced by the node's name). Empty: not read. The position (boot id and sequence number) is "
+        "kept under state_dir/kernel-log/, so a restarted agent goes on where it stopped.",
+    )
+    kernel_log_poll_s: float = Field(
+        0.2, gt=0, le=60, description="How often the kernel log is read for new records (a read costs a syscall)."
+    )
 
 
 class WatchSettings(Section):

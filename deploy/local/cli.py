@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,8 @@ def register(commands: Commands) -> None:
 
     inj = cmds.add_parser("inject", help="break a demo run for real (records the fault's true onset time)")
     inj.add_argument(
-        "kind", choices=["crash", "segv", "kill", "hang", "slow", "gpu-fault", "xid", "user-bug", "node-crash"]
+        "kind",
+        choices=["crash", "segv", "kill", "hang", "slow", "gpu-fault", "xid", "user-bug", "node-crash", "kernel"],
     )
     inj.add_argument("--run", help="demo run name (every kind but node-crash)")
     inj.add_argument("--rank", default="0", help="target rank (user-bug also takes 'all')")
@@ -63,6 +65,9 @@ def register(commands: Commands) -> None:
     inj.add_argument("--delay", type=float, default=1.0, help="slow: extra seconds per step")
     inj.add_argument("--xid", type=int, default=79, help="gpu-fault, xid: the XID to raise")
     inj.add_argument("--gpu", type=int, default=None, help="gpu-fault: GPU index (default: the rank's GPU)")
+    inj.add_argument("--line", help="kernel: the kernel line to write into --node's kernel log, as is")
+    inj.add_argument("--sxid", type=int, default=None, help="kernel: write an NVSwitch SXid line with this number")
+    inj.add_argument("--fatal", action="store_true", help="kernel --sxid: the line says Fatal (else Non-fatal)")
     inj.add_argument(
         "--frozen",
         action="store_true",
@@ -144,6 +149,9 @@ def _dispatch(lab: Lab, args: argparse.Namespace) -> int:
 def _inject(lab: Lab, args: argparse.Namespace) -> int:
     from deploy.demo import inject
 
+    if args.kind == "kernel":
+        return _inject_kernel(lab, args)
+
     record = inject.inject(
         lab.cfg.layout,
         kind=args.kind,
@@ -156,4 +164,23 @@ def _inject(lab: Lab, args: argparse.Namespace) -> int:
         frozen_tasks=args.frozen,
     )
     print(record.model_dump_json())
+    return 0
+
+
+def _inject_kernel(lab: Lab, args: argparse.Namespace) -> int:
+    """A kernel line into a node's file-backed kernel log: --line as is, --sxid an NVSwitch line, else an NVRM XID
+    line (--xid, --gpu) naming the GPU by the PCI bus id its fake NVML reports."""
+    from deploy.local.kernel_log import append_kernel_line, sxid_line, xid_line
+
+    if not args.node:
+        raise SystemExit("inject kernel: --node is required")
+    if args.line:
+        line = args.line
+    elif args.sxid is not None:
+        line = sxid_line(args.sxid, fatal=args.fatal)
+    else:
+        line = xid_line(args.node, args.gpu if args.gpu is not None else 0, args.xid)
+    t0 = datetime.now(UTC)
+    append_kernel_line(lab.cfg.layout.kernel_log(args.node), line)
+    print(json.dumps({"kind": "kernel", "node": args.node, "line": line, "t0": t0.isoformat()}))
     return 0

@@ -8,6 +8,7 @@ $STATE/run/        pid files of everything `up` started, slurmrestd socket
 $STATE/log/        every daemon's log
 $STATE/temporal/   the dev server's SQLite file
 $STATE/nvml/       fake NVML state file per node; lib/ holds the compiled fake library
+$STATE/kernel/     file-backed kernel log per node (the agents read it as their /dev/kmsg)
 $STATE/runs/<run>/ demo training runs: logs/, checkpoints/, control/ (fault files), ranks/ (pid files)
 $STATE/injections.jsonl   every injected fault with its true onset time
 $STATE/lab.env     shell exports for using the lab's Slurm and Temporal by hand
@@ -115,6 +116,15 @@ class LabLayout:
 
     def nvml_state(self, node: str) -> Path:
         return self.nvml_dir / f"{node}.state"
+
+    @property
+    def kernel_dir(self) -> Path:
+        return self.state_dir / "kernel"
+
+    def kernel_log(self, node: str) -> Path:
+        """The node's file-backed kernel log: the lab's nodes share one kernel, so each agent reads its own file
+        (``REBOUND_NODE_AGENT__KERNEL_LOG``), which ``rebound lab inject kernel`` appends to."""
+        return self.kernel_dir / f"{node}.log"
 
     def run_dir(self, run: str) -> Path:
         return self.runs / run

@@ -79,11 +79,20 @@ class ReboundServices:
             if os.environ.get("LD_LIBRARY_PATH")
             else lib_dir,
             FAKE_NVML_STATE=str(self.lay.nvml_state(node)),
+            REBOUND_NODE_AGENT__KERNEL_LOG=self.kernel_log_setting(),
         )
 
     def shared_agent_env(self) -> dict[str, str]:
         """A process serving several nodes reads their state files itself: no fake library, no node name."""
-        return dict(self.common_env("agent"), REBOUND_NODE_AGENT__SLURM_CLUSTER=self.cfg.cluster_name)
+        return dict(
+            self.common_env("agent"),
+            REBOUND_NODE_AGENT__SLURM_CLUSTER=self.cfg.cluster_name,
+            REBOUND_NODE_AGENT__KERNEL_LOG=self.kernel_log_setting(),
+        )
+
+    def kernel_log_setting(self) -> str:
+        """Every lab node's agent reads its own file-backed kernel log (the nodes share one kernel)."""
+        return str(self.lay.kernel_dir / "{node}.log")
 
     def prepare_gpus(self) -> None:
         """Build the fake NVML library and give every node a healthy state file (kept if it exists)."""
