@@ -4,12 +4,14 @@ NVIDIA's nvml.h, into ``GpuSample.recovery_action`` and the health verdict."""
 from __future__ import annotations
 
 import pytest
+from temporalio.testing import ActivityEnvironment
 
+from activities.gpu.activities import GpuActivities
 from activities.gpu.nvml import NvmlSource
 from activities.gpu.xid_catalog import default_xid_catalog
 from deploy.local.fake_nvml_state import set_recovery_action
 from tests.gpu.conftest import FakeNvml
-from workflows.domain.gpu import GpuAction, GpuHealthStatus, GpuRecoveryAction
+from workflows.domain.gpu import GpuAction, GpuHealthStatus, GpuRecoveryAction, NodeHealthCheckInput
 from workflows.policy.gpu_health import gpu_health_verdict
 
 A = GpuRecoveryAction
@@ -60,3 +62,16 @@ def test_a_driver_without_the_field_leaves_it_unread_not_none(source: NvmlSource
     assert [e.split(":")[0] for e in s2.errors] == ["recovery_action", "recovery_action_code"]
     verdict = gpu_health_verdict(fake_nvml.host, [s1, s2], catalog=default_xid_catalog())
     assert verdict.status is GpuHealthStatus.HEALTHY  # unread is not a fault either: no finding at all
+
+
+@pytest.mark.parametrize(("code", "healthy"), [(0, True), (1, False), (2, False), (42, True)])
+async def test_the_node_agents_health_check_holds_a_node_the_driver_wants_reset_or_rebooted(
+    source: NvmlSource, fake_nvml: FakeNvml, code: int, healthy: bool
+) -> None:
+    # The quarantine's check before a drained node is returned: the driver's own recovery action fails it (an
+    # unknown value is watched, not failed).
+    set_recovery_action(fake_nvml.state, 3, code)
+    result = await ActivityEnvironment().run(GpuActivities(source).health_check, NodeHealthCheckInput())
+    assert result.healthy is healthy, result.detail
+    if not healthy:
+        assert "recovery_action=" in result.detail
