@@ -57,7 +57,19 @@ def register(commands: Commands) -> None:
     inj = cmds.add_parser("inject", help="break a demo run for real (records the fault's true onset time)")
     inj.add_argument(
         "kind",
-        choices=["crash", "segv", "kill", "hang", "slow", "gpu-fault", "xid", "user-bug", "node-crash", "kernel"],
+        choices=[
+            "crash",
+            "segv",
+            "kill",
+            "hang",
+            "slow",
+            "gpu-fault",
+            "xid",
+            "user-bug",
+            "node-crash",
+            "kernel",
+            "recovery-action",
+        ],
     )
     inj.add_argument("--run", help="demo run name (every kind but node-crash)")
     inj.add_argument("--rank", default="0", help="target rank (user-bug also takes 'all')")
@@ -68,6 +80,12 @@ def register(commands: Commands) -> None:
     inj.add_argument("--line", help="kernel: the kernel line to write into --node's kernel log, as is")
     inj.add_argument("--sxid", type=int, default=None, help="kernel: write an NVSwitch SXid line with this number")
     inj.add_argument("--fatal", action="store_true", help="kernel --sxid: the line says Fatal (else Non-fatal)")
+    inj.add_argument(
+        "--action",
+        default="node_reboot",
+        help="recovery-action: what NVML reports for --node's --gpu (none, gpu_reset, node_reboot, drain_p2p, "
+        "drain_and_reset, ... or a number)",
+    )
     inj.add_argument(
         "--frozen",
         action="store_true",
@@ -151,6 +169,8 @@ def _inject(lab: Lab, args: argparse.Namespace) -> int:
 
     if args.kind == "kernel":
         return _inject_kernel(lab, args)
+    if args.kind == "recovery-action":
+        return _inject_recovery_action(lab, args)
 
     record = inject.inject(
         lab.cfg.layout,
@@ -183,4 +203,37 @@ def _inject_kernel(lab: Lab, args: argparse.Namespace) -> int:
     t0 = datetime.now(UTC)
     append_kernel_line(lab.cfg.layout.kernel_log(args.node), line)
     print(json.dumps({"kind": "kernel", "node": args.node, "line": line, "t0": t0.isoformat()}))
+    return 0
+
+
+def _inject_recovery_action(lab: Lab, args: argparse.Namespace) -> int:
+    """Set the GPU recovery action --node's fake NVML reports for --gpu (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)."""
+    from deploy.local.fake_nvml_state import set_recovery_action
+    from workflows.domain.gpu import GpuRecoveryAction
+
+    if not args.node:
+        raise SystemExit("inject recovery-action: --node is required")
+    names = [a.value for a in GpuRecoveryAction if a is not GpuRecoveryAction.UNKNOWN]
+    if args.action.isdigit():
+        code = int(args.action)
+    elif args.action in names:
+        code = names.index(args.action)  # pynvml's numbering: the enum lists its values in order
+    else:
+        raise SystemExit(f"inject recovery-action: --action is a number or one of {', '.join(names)}")
+    gpu = args.gpu if args.gpu is not None else 0
+    t0 = datetime.now(UTC)
+    set_recovery_action(lab.cfg.layout.nvml_state(args.node), gpu, code)
+    action = GpuRecoveryAction.from_code(code).value
+    print(
+        json.dumps(
+            {
+                "kind": "recovery-action",
+                "node": args.node,
+                "gpu": gpu,
+                "code": code,
+                "action": action,
+                "t0": t0.isoformat(),
+            }
+        )
+    )
     return 0
