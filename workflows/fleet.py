@@ -21,8 +21,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     import workflows.policy.fleet as policy
     from activities.slurm.actions import SlurmActionActivities
-    from activities.temporal.fleet import FleetActivities, ResumeNodeInput
-    from workflows import fleet_io, metrics, operator_gate
+    from workflows import fleet_check, fleet_io, metrics, operator_gate
     from workflows.constants import (
         ANSWER_APPROVAL_UPDATE,
         FLEET_DECISION_QUERY,
@@ -391,24 +390,10 @@ class FleetWorkflow:
             await self._apply_answers()
 
     async def _health_checks(self) -> None:
-        for node in policy.health_checks_due(self._state, self._policy, workflow.now()):
-            record = self._state.nodes[node]
-            checking = record.model_copy(update={"state": NodeLifecycle.CHECKING})
-            self._state = self._state.model_copy(update={"nodes": {**self._state.nodes, node: checking}})
-            healthy, detail = await fleet_io.health_check(node, record.drained_at)
-            view = await self._view()
-            self._state, resume = policy.after_health_check(
-                self._state, node, healthy, detail, self._policy, workflow.now(), view
-            )
-            if resume:
-                done = await workflow.execute_activity_method(
-                    FleetActivities.resume_node,
-                    ResumeNodeInput(node=node, expected_reason=record.drain_reason),
-                    summary=f"Return {node} to service: {detail[:60]}",
-                    **CLUSTER_ACTION,
-                )
-                if not done.resumed:
-                    self._state = policy.sync_with_view(self._state, await self._view(), workflow.now())
+        await fleet_check.run_health_checks(lambda: self._state, self._set_state, self._policy, self._view)
+
+    def _set_state(self, state: FleetState) -> None:
+        self._state = state
 
     # ----- helpers -------------------------------------------------------------------------------------------------
     def _woken(self, seen: int) -> Callable[[], bool]:
