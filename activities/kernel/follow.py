@@ -5,7 +5,7 @@ a line's PCI bus id belongs to from the agent's NVML view (``GpuSource.sample``)
 source (``GpuSource.add_event``). From there the existing path takes it (ADR 008): the push loop signals the jobs
 on the node and, for a node-level fault no job heard of, the Fleet; a fresh read of the agent lists it, which is
 what the trust rule asks before a claimed event counts (``workflows/policy/gpu_claims.py``). The position is saved
-after each batch is in the stream, so a restarted agent goes on after it (ADR 017).
+after each batch is in the stream, so a restarted agent goes on after it (ADR 016).
 
 An XID NVML already reported (same GPU and XID within ``DUPLICATE_WINDOW``) is not added again: on a real node the
 driver reports one fault both ways, and two copies would count as a repeat.

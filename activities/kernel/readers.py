@@ -1,4 +1,4 @@
-"""Readers of a node's kernel log, with positions that survive an agent restart (ADR 017).
+"""Readers of a node's kernel log, with positions that survive an agent restart (ADR 016).
 
 ``KmsgReader`` follows ``/dev/kmsg``: each ``read(2)`` returns one record; ``EAGAIN`` (non-blocking) means no more
 for now; ``EPIPE`` means the kernel overwrote records this reader had not read yet (the ring buffer wrapped): the
