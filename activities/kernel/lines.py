@@ -27,6 +27,7 @@ from activities.logs.signature_types import PCI_ID
 from activities.logs.signatures import SIGNATURES
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.node_events import KernelRecord, KernelSeverity, NodeEventKind, SxidCatalog
+from workflows.policy.xid_line import xid_line_facts
 
 __all__ = ["SOURCE", "normalize_pci", "parse_kmsg_record", "parse_line"]
 
@@ -121,8 +122,10 @@ def parse_line(  # noqa: PLR0911, PLR0912 (one branch per kind of line)
 
     if "NVRM" in message:
         if m := _XID.search(message):
-            # The catalogue judges an XID (the same as NVML's event); no severity of the line's own here.
+            # The catalogue judges an XID (the same as NVML's event), and the line's own words outrank it where it
+            # has any: NVLink5's Fatal/Nonfatal label, XID 154's new recovery action (workflows/policy/xid_line.py).
             pci = normalize_pci(m.group("gpu")) if m.group("gpu") else ""
+            said = xid_line_facts(message)
             return GpuEvent(
                 kind=GpuEventKind.XID,
                 host=host,
@@ -132,6 +135,8 @@ def parse_line(  # noqa: PLR0911, PLR0912 (one branch per kind of line)
                 observed_at=observed_at,
                 node_event=_K.XID,
                 detail=detail,
+                fatal=said.fatal if said is not None else None,
+                recovery_action=said.recovery_to if said is not None else None,
             )
         if m := _FELL_OFF.search(message):
             return event(GpuEventKind.GPU_LOST, _K.GPU_FALLEN_OFF_BUS, _S.DRAIN, pci_bus_id=normalize_pci(m["gpu"]))
