@@ -8,13 +8,16 @@ from typing import Any
 
 from temporalio.client import Client
 
+from activities.slurm.cli import SlurmCliScheduler
+from activities.slurm.maintenance import SlurmCliMaintenance
+from activities.slurm.node_check import NodeCheckActivities
 from activities.slurm.port import SchedulerPort
 from activities.temporal import rebound_workflows
 from activities.temporal.fleet import FleetActivities
 from workers.settings import Settings
 from workflows.domain.fleet import FleetInput
 
-__all__ = ["build_fleet_activities", "start_fleet"]
+__all__ = ["build_fleet_activities", "build_node_check_activities", "start_fleet"]
 
 log = logging.getLogger("rebound.fleet")
 
@@ -30,7 +33,23 @@ def build_fleet_activities(client: Client, scheduler: SchedulerPort, settings: S
         task_queue=settings.temporal.task_queue,
         policy=settings.fleet,
     )
-    return [acts.request_isolation, acts.view, acts.cluster_view, acts.resume_node, acts.confirm_decision]
+    return [
+        acts.request_isolation, acts.view, acts.cluster_view, acts.resume_node, acts.confirm_decision,
+        *build_node_check_activities(scheduler, settings),
+    ]  # fmt: skip
+
+
+def build_node_check_activities(scheduler: SchedulerPort, settings: Settings) -> list[Callable[..., Any]]:
+    """``slurm_node_check_run`` and ``slurm_node_check_release`` (ADR 016): reservations and the check job go
+    through Slurm's commands (22.05's REST API has no reservation writes), with the scheduler's own settings."""
+    slurm = settings.slurm
+    cli = SlurmCliScheduler(env=slurm.command_env(), bin_dir=slurm.bin_dir, timeout_s=slurm.command_timeout_s)
+    output_dir = settings.node_check.output_dir or settings.state_dir / "node-checks"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    acts = NodeCheckActivities(
+        scheduler, SlurmCliMaintenance(cli), command=settings.node_check.command, output_dir=output_dir.resolve()
+    )
+    return [acts.run, acts.release]
 
 
 async def start_fleet(client: Client, settings: Settings) -> None:

@@ -160,3 +160,24 @@ class AuthSettings(Section):
     munge_bin: str = Field("munge", description="The `munge` program (a name on PATH, or a path).")
     unmunge_bin: str = Field("unmunge", description="The `unmunge` program (a name on PATH, or a path).")
     timeout_s: float = Field(10.0, gt=0, le=60, description="Limit for one munge/unmunge run.")
+
+
+class NodeCheckSettings(Section):
+    """The node check job's program and output (ADR 016); its timeout, ranks and reservation are the Fleet's
+    (``fleet.node_check``)."""
+
+    command: tuple[str, ...] = Field(
+        ("rebound-node-check",),
+        min_length=1,
+        description="The check program's argument list, run by srun once per rank on the node under check (a gloo "
+        "all-reduce across the node's ranks, then dcgmi diag -r 1, nccl-tests all_reduce_perf and ibstat where "
+        "installed); Rebound appends --timeout-s. Run without a shell.",
+    )
+    output_dir: Path | None = Field(
+        None,
+        description="Where check jobs write their output (check-<node>-<job>.out), read by the central worker: a "
+        "directory both see (unset: <state_dir>/node-checks).",
+    )
+
+
+__all__ += ["NodeCheckSettings"]

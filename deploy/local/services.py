@@ -10,6 +10,7 @@ import sys
 
 from deploy.local.config import LabConfig
 from deploy.local.fake_nvml_state import write_initial_state
+from deploy.local.node_check_lab import check_command
 from deploy.local.processes import LabError, kill_and_wait, read_owned_pid, run, spawn, wait_until
 from deploy.local.temporal_server import temporal_binary
 from deploy.local.tls_proxy import client_env
@@ -54,6 +55,8 @@ class ReboundServices:
             # which the worker re-reads at every operator action; the environment would freeze it.
             REBOUND_CONFIG=str(self.lay.rebound_config),
             REBOUND_FLEET__HEALTH_CHECK_AFTER_S="600",
+            # The node check job's ranks go through the lab's fault wrapper (deploy/local/node_check_lab.py).
+            REBOUND_NODE_CHECK__COMMAND=json.dumps(check_command(self.lay.state_dir)),
         )
         env.update(via_proxy)  # the proxy's address replaces the dev server's
         return env

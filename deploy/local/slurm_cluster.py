@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 from deploy.local.config import LabConfig
+from deploy.local.node_check_lab import health_check_script
 from deploy.local.processes import (
     LabError,
     descendants,
@@ -67,6 +68,10 @@ class SlurmCluster:
             ensure_node_hosts(self.cfg.node_names)
         except OSError as e:  # not root: the lab still runs; only launchers that rendezvous by node name fail
             log.warning("cannot make the node names resolvable in /etc/hosts: %s", e)
+        script = lay.etc / "healthcheck.sh"
+        scontrol = find_binary("scontrol") or "scontrol"
+        _write_if_changed(script, health_check_script(self.cfg.state_dir, scontrol, lay.slurm_conf))
+        script.chmod(0o755)
         changed = _write_if_changed(lay.slurm_conf, render_slurm_conf(self.cfg))
         changed |= _write_if_changed(lay.gres_conf, render_gres_conf(self.cfg))
         return changed

@@ -64,6 +64,11 @@ InactiveLimit=0
 # Schedule immediately: submit-to-running in well under a second.
 SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1
 MailProg=/bin/true
+# Slurm's own node health check (an NHC stand-in): drains a node while its flag file exists
+# (deploy/local/node_check_lab.py); Rebound reads that drain as evidence, never overwrites it.
+HealthCheckProgram={lay.etc}/healthcheck.sh
+HealthCheckInterval=5
+HealthCheckNodeState=ANY
 NodeName={node_range} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port_range} \
 CPUs={cfg.cpus_per_node} RealMemory={cfg.memory_mb}{gres} State=UNKNOWN
 PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
