@@ -1,5 +1,6 @@
 """The benchmarks that run against the local lab: ``rebound bench recovery`` (``deploy.bench.recovery``),
-``rebound bench healthy`` (``deploy.bench.healthy``), ``rebound bench chaos`` (``deploy.bench.chaos``: the
+``rebound bench healthy`` (``deploy.bench.healthy``), ``rebound bench sources`` (``deploy.bench.sources``:
+per-source detection latency), ``rebound bench chaos`` (``deploy.bench.chaos``: the
 chaos tests with long outages), ``rebound bench launchers`` (``deploy.bench.launchers``) and
 ``rebound bench scale`` (``deploy.scale``: a synthetic cluster, no lab); ``rebound bench slurm-scale``
 (``deploy.bench.slurm_scale``) runs the real Slurm at size on a lab of its own.
@@ -44,6 +45,12 @@ def _run_slurm_scale(args: argparse.Namespace) -> int:
     return run_slurm_scale_command(args)
 
 
+def _run_sources(args: argparse.Namespace) -> int:
+    from deploy.bench.sources import run_sources_command
+
+    return run_sources_command(args)
+
+
 def _run_chaos(args: argparse.Namespace) -> int:
     from deploy.bench.chaos import run_chaos_command
 
@@ -73,6 +80,19 @@ def register(commands: Commands) -> None:
     rec.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
     rec.add_argument("--timeout", type=float, default=180.0, help="seconds from the fault to an outcome, per run")
     rec.add_argument("--warmup-steps", type=int, default=30, help="inject once rank 0 trained this many steps")
+    src = commands.benchmark(
+        "sources",
+        _run_sources,
+        help="per-source detection latency on the lab: one fault through the kernel log, NVML, DCGM, the "
+        "scheduler or the job's log each, p50/p99 from the fault to Rebound's record",
+    )
+    src.add_argument(
+        "--sources", default=None, help="comma-separated: kernel,nvml,dcgm,scheduler,logs (default all, that order)"
+    )
+    src.add_argument("--repeat", type=int, default=3, help="runs per source (default 3)")
+    src.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this path")
+    src.add_argument("--timeout", type=float, default=90.0, help="seconds from the fault to the measure, per run")
+    src.add_argument("--warmup-steps", type=int, default=10, help="inject once rank 0 trained this many steps")
     healthy = commands.benchmark(
         "healthy",
         _run_healthy,

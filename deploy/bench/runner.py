@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     from deploy.local.lab import Lab
     from workers.settings import Settings
 
-__all__ = ["run_benchmark", "run_one"]
+__all__ = ["run_benchmark", "run_one", "wait_training"]
 
 
-async def _wait_training(ctx: BenchContext, run_dir: Path, job_id: int) -> None:
+async def wait_training(ctx: BenchContext, run_dir: Path, job_id: int) -> None:
     log = run_dir / "logs" / f"job-{job_id}-rank-0.log"
 
     async def trained() -> bool:
@@ -104,7 +104,7 @@ async def run_one(ctx: BenchContext, scenario: Scenario, index: int, stamp: str)
             return await ctx.status(jid) is not None
 
         await until(f"job {jid}'s JobRecovery workflow", ctx.opts.setup_timeout_s, 0.5, monitored)
-        await _wait_training(ctx, layout.run_dir(run), jid)
+        await wait_training(ctx, layout.run_dir(run), jid)
         pre = await ctx.status(jid)
         before = {i.number for i in pre.incidents} if pre is not None else set()
         record = await asyncio.to_thread(ctx.inject, scenario, run)
