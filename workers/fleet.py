@@ -40,7 +40,7 @@ def build_fleet_activities(client: Client, scheduler: SchedulerPort, settings: S
 
 
 def build_node_check_activities(scheduler: SchedulerPort, settings: Settings) -> list[Callable[..., Any]]:
-    """``slurm_node_check_run`` and ``slurm_node_check_release`` (ADR 016): reservations and the check job go
+    """``slurm_node_check_run`` and ``slurm_node_check_release`` (ADR 018): reservations and the check job go
     through Slurm's commands (22.05's REST API has no reservation writes), with the scheduler's own settings."""
     slurm = settings.slurm
     cli = SlurmCliScheduler(env=slurm.command_env(), bin_dir=slurm.bin_dir, timeout_s=slurm.command_timeout_s)

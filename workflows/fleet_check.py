@@ -1,6 +1,6 @@
 """The Fleet's health checks of the nodes it drained, as workflow-side helpers (``workflows.fleet`` calls
 ``run_health_checks`` each round): the node agent's GPU read, then, behind ``NODE_CHECK_PATCH``, the check job in
-a maintenance reservation (ADR 016), then the node returned to service or held for repair.
+a maintenance reservation (ADR 018), then the node returned to service or held for repair.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The node check's program: one instance per rank of the check job, all on the node under check (ADR 016).
+"""The node check's program: one instance per rank of the check job, all on the node under check (ADR 018).
 
 Every rank joins a gloo all-reduce with the node's other ranks (torch.distributed on CPU, rendezvous through a
 file on the node: no port to pick) and checks the sum; rank 0 also runs the tools the node has, each bounded:

@@ -1,4 +1,4 @@
-"""Maintenance reservations and the node check's job, over Slurm's commands (ADR 016).
+"""Maintenance reservations and the node check's job, over Slurm's commands (ADR 018).
 
 ``scontrol create|show|delete reservation``, ``sbatch`` and ``scancel``, each an argument list through the CLI
 adapter's ``run`` (never a shell). Slurm 22.05's REST API has no reservation writes, so this is CLI-only, like

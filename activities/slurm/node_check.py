@@ -1,4 +1,4 @@
-"""The node check's activities on the central worker (ADR 016): run the check job on a drained node inside its
+"""The node check's activities on the central worker (ADR 018): run the check job on a drained node inside its
 maintenance reservation, then release the node (to service, or drained again).
 
 ``slurm_node_check_run`` is idempotent, decided on fresh reads: a node that carries Rebound's drain is reserved

@@ -1,4 +1,4 @@
-"""The lab's side of the node check (ADR 016): Slurm's ``HealthCheckProgram`` (an NHC stand-in) and the
+"""The lab's side of the node check (ADR 018): Slurm's ``HealthCheckProgram`` (an NHC stand-in) and the
 injectable failure of the check job itself.
 
 * ``health_check_script``: the ``HealthCheckProgram`` slurm.conf names. Every ``HealthCheckInterval`` each slurmd

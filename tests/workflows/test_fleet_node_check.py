@@ -1,4 +1,4 @@
-"""The Fleet's health check of a node it drained, with the node check job (ADR 016), against fake activities
+"""The Fleet's health check of a node it drained, with the node check job (ADR 018), against fake activities
 registered by name: the agent's GPU read, then the check, then the release the result calls for."""
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ class FleetPolicy(Frozen):
     return_healthy_nodes: bool = True
     """Resume a drained node whose health check passed (never a lemon, never a node someone else drained)."""
     node_check: NodeCheckPolicy = Field(default_factory=NodeCheckPolicy)
-    """The diagnostic job run on a drained node before it is resumed (ADR 016)."""
+    """The diagnostic job run on a drained node before it is resumed (ADR 018)."""
 
 
 class NodeLifecycle(StrEnum):

@@ -1,4 +1,4 @@
-"""The active node check (ADR 016): a short diagnostic job run on a node Rebound drained, before it is resumed.
+"""The active node check (ADR 018): a short diagnostic job run on a node Rebound drained, before it is resumed.
 
 The Fleet puts the node in a maintenance reservation, resumes it, runs the check job there with
 ``--reservation`` and judges what the job's ranks printed (``workflows.policy.node_check``). These are the

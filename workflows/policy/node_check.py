@@ -1,4 +1,4 @@
-"""The node check's verdict from what its ranks printed (pure; ADR 016).
+"""The node check's verdict from what its ranks printed (pure; ADR 018).
 
 A check job's ranks each print one ``RankReport`` line. While the job runs, the verdict may come early: one
 failed probe fails the node at once (the job is then cancelled: a rank stuck in the all-reduce would otherwise

@@ -1,4 +1,4 @@
-"""The Fleet's side of the active node check (ADR 016): whether a drained node gets one, and what its result does
+"""The Fleet's side of the active node check (ADR 018): whether a drained node gets one, and what its result does
 to the node's record (pure).
 
 The check runs only where its pass could return the node (the node agent's GPU read passed, not a lemon,
