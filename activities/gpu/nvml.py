@@ -11,6 +11,8 @@ Decisions (docs: shared/facts/gpu-signals.md §5):
   ADDRESS: ``nvmlDeviceGetIndex`` on the device of an XID 79 returns ``GPU_IS_LOST``, as nvml.h documents.
 - ``gpu_lost`` is reported once per loss: by the event thread for GPUs registered with it (after the pending
   events, so an XID 79 comes before the loss it caused), by ``sample()`` for the others.
+- An XID 154 event only says that the GPU's recovery action changed: the event thread reads the action then
+  (``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``) and the event carries it, so 154 back to none is not judged a fault.
 
 pynvml is imported lazily, in ``open()``, so nothing else needs NVML installed to import this module.
 """
@@ -26,7 +28,7 @@ from typing import Any
 from activities.gpu.nvml_reads import NvmlGpu, NvmlReader, handle_address
 from activities.gpu.port import EventBatch, EventLog
 from workflows.domain.errors import FailureKind, ReboundError
-from workflows.domain.gpu import GpuEvent, GpuEventKind, GpuSample
+from workflows.domain.gpu import GpuEvent, GpuEventKind, GpuRecoveryAction, GpuSample
 
 __all__ = ["NvmlSource"]
 
@@ -203,7 +205,13 @@ class NvmlSource:
             self._lost_reported.add(gpu.index)
         self._emit(GpuEventKind.GPU_LOST, gpu)
 
-    def _emit(self, kind: GpuEventKind, gpu: NvmlGpu | None, xid: int | None = None) -> None:
+    def _emit(
+        self,
+        kind: GpuEventKind,
+        gpu: NvmlGpu | None,
+        xid: int | None = None,
+        recovery_action: GpuRecoveryAction | None = None,
+    ) -> None:
         event = GpuEvent(
             kind=kind,
             host=self._host,
@@ -213,6 +221,7 @@ class NvmlSource:
             xid=xid,
             source=SOURCE_NAME,
             observed_at=datetime.now(UTC),
+            recovery_action=recovery_action,
         )
         numbered = self._log.append(event)
         log.warning("GPU event on %s: %s GPU %s xid=%s", self._host, kind.value, numbered.index, xid)
@@ -282,7 +291,9 @@ class NvmlSource:
             gpu = by_address.get(address) if address is not None else None
             event_type = int(data.eventType)
             if event_type & xid_mask:
-                self._emit(GpuEventKind.XID, gpu, xid=int(data.eventData))
+                xid = int(data.eventData)
+                action = self._reader.recovery_action(gpu) if xid == 154 and gpu and self._reader else None
+                self._emit(GpuEventKind.XID, gpu, xid=xid, recovery_action=action)
             elif event_type & dbe_mask:
                 self._emit(GpuEventKind.ECC_DBE, gpu)
 

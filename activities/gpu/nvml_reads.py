@@ -194,6 +194,16 @@ class NvmlReader:
         corr, unc, pending, failure = self._nv.nvmlDeviceGetRemappedRows(h)
         return int(corr), int(unc), bool(pending), bool(failure)
 
+    def recovery_action(self, gpu: NvmlGpu) -> GpuRecoveryAction | None:
+        """The GPU's recovery action now, or None when it cannot be read (XID 154's event carries it: the event
+        itself says only that the action changed)."""
+        if gpu.handle is None:
+            return None
+        try:
+            return self._recovery_action(gpu.handle)[0]
+        except self._nv.NVMLError:
+            return None
+
     def _recovery_action(self, h: Any) -> tuple[GpuRecoveryAction, int]:
         nv = self._nv
         field = getattr(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)

@@ -10,8 +10,9 @@ from activities.gpu.activities import GpuActivities
 from activities.gpu.nvml import NvmlSource
 from activities.gpu.xid_catalog import default_xid_catalog
 from deploy.local.fake_nvml_state import set_recovery_action
-from tests.gpu.conftest import FakeNvml
+from tests.gpu.conftest import FakeNvml, wait_for
 from workflows.domain.gpu import GpuAction, GpuHealthStatus, GpuRecoveryAction, NodeHealthCheckInput
+from workflows.policy.gpu_event_rules import is_gpu_fault
 from workflows.policy.gpu_health import gpu_health_verdict
 
 A = GpuRecoveryAction
@@ -75,3 +76,23 @@ async def test_the_node_agents_health_check_holds_a_node_the_driver_wants_reset_
     assert result.healthy is healthy, result.detail
     if not healthy:
         assert "recovery_action=" in result.detail
+
+
+@pytest.mark.parametrize(("code", "action", "fault"), [(0, A.NONE, False), (2, A.NODE_REBOOT, True)])
+def test_an_xid_154_event_carries_the_action_it_changed_to(
+    source: NvmlSource, fake_nvml: FakeNvml, code: int, action: GpuRecoveryAction, fault: bool
+) -> None:
+    # NVML's XID event says only "154": the action is read when the event arrives, so 154 back to none is no fault.
+    source.open()
+    fake_nvml.append(f"gpu 1 recovery_action {code}", "xid 1 154")
+    wait_for(lambda: len(source.events_after(0).events) == 1, what="the XID 154 event")
+    (event,) = source.events_after(0).events
+    assert (event.xid, event.index, event.recovery_action) == (154, 1, action)
+    assert is_gpu_fault(event, default_xid_catalog()) is fault
+
+
+def test_other_xid_events_carry_no_recovery_action(source: NvmlSource, fake_nvml: FakeNvml) -> None:
+    source.open()
+    fake_nvml.append("gpu 0 recovery_action 1", "xid 0 79")
+    wait_for(lambda: len(source.events_after(0).events) == 1, what="the XID 79 event")
+    assert source.events_after(0).events[0].recovery_action is None
