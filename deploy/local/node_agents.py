@@ -31,7 +31,7 @@ from workers.lifecycle import stop_on_signals
 from workers.node_agent import serve_nodes
 from workers.settings import Settings, load_settings
 
-__all__ = ["main", "run_node_agents", "state_file"]
+__all__ = ["fake_node_settings", "main", "run_node_agents", "state_file"]
 
 log = logging.getLogger("rebound.node_agents")
 
@@ -39,6 +39,18 @@ log = logging.getLogger("rebound.node_agents")
 def state_file(state_dir: Path, node: str) -> Path:
     """Where a node's fake NVML state lives (the lab's ``LabLayout.nvml_state`` names them the same way)."""
     return state_dir / f"{node}.state"
+
+
+def fake_node_settings(settings: Settings) -> Settings:
+    """The settings the fake nodes' agents run with: a kernel log only where it is per node (``{node}``).
+
+    Fake nodes share this host's kernel: its ``/dev/kmsg`` is none of theirs (every fake node would report the host's
+    lines as its own, and thousands of followers of one device would only load the host). The lab names a file per
+    node (``$STATE/kernel/{node}.log``); the scale benchmark names none, and reads no kernel log.
+    """
+    if "{node}" in settings.node_agent.kernel_log:
+        return settings
+    return settings.model_copy(update={"node_agent": settings.node_agent.model_copy(update={"kernel_log": ""})})
 
 
 async def run_node_agents(
@@ -52,6 +64,7 @@ async def run_node_agents(
 ) -> None:
     """Serve every node of ``nodes`` until stopped (SIGTERM/SIGINT, or ``stop``)."""
     stop = stop or stop_on_signals()
+    settings = fake_node_settings(settings)
     for node in nodes:
         path = state_file(state_dir, node)
         if not path.exists():
