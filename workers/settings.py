@@ -26,8 +26,8 @@ from workers.settings_sections import (
     AuditSettings,
     AuthSettings,
     CheckpointSettings,
+    GpuSettings,
     LogReadSettings,
-    NodeCheckSettings,
     NotifySettings,
     Section,
     TelemetrySettings,
@@ -369,27 +369,6 @@ class WatchSettings(Section):
         )
 
 
-class GpuSettings(Section):
-    """Central GPU health reads: scraping each node's dcgm-exporter (docs/gpu-health.md)."""
-
-    dcgm_url_template: str | None = Field(
-        None,
-        description="dcgm-exporter metrics URL of a node, {node} = its Slurm name, e.g. http://{node}:9400/metrics "
-        "(unset: dcgm_scrape_node needs an explicit url).",
-    )
-    dcgm_timeout_s: float = Field(5.0, gt=0, le=120, description="Limit for one scrape, connect to last byte.")
-    dcgm_max_page_bytes: int = Field(
-        8 * 1024 * 1024, gt=0, description="Largest exporter page accepted; a bigger one is an error, never cut short."
-    )
-
-    @model_validator(mode="after")
-    def _template_names_node(self) -> GpuSettings:
-        template = self.dcgm_url_template
-        if template is not None and ("{node}" not in template or not template.startswith(("http://", "https://"))):
-            raise ValueError("gpu.dcgm_url_template must be an http(s) URL containing {node}")
-        return self
-
-
 class Settings(BaseSettings):
     """Everything one Rebound process needs. Build once with ``Settings()`` (or ``load_settings()``)."""
 
@@ -428,9 +407,6 @@ class Settings(BaseSettings):
     )
     optin: OptInCaps = Field(default_factory=OptInCaps, description="Ceilings on what a job's comment may ask.")
     logs: LogReadSettings = Field(default_factory=LogReadSettings, description="Bounds on reading a job's logs.")
-    node_check: NodeCheckSettings = Field(
-        default_factory=NodeCheckSettings, description="The node check job's program and output."
-    )
     log_level: str = Field("INFO", description="Python logging level.")
 
     @classmethod

@@ -12,8 +12,17 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from workflows.domain.bounds import DEFAULT_GLOB_ENTRIES, MAX_FILES, MAX_GLOB_ENTRIES
 from workflows.domain.checkpoints import CheckpointFallback
 from workflows.domain.notify import DEFAULT_KINDS, NotificationKind
+from workflows.policy.gpu_thresholds import GpuHealthThresholds
 
-__all__ = ["AuditSettings", "AuthSettings", "CheckpointSettings", "NotifySettings", "Section", "TelemetrySettings"]
+__all__ = [
+    "AuditSettings",
+    "AuthSettings",
+    "CheckpointSettings",
+    "GpuSettings",
+    "NotifySettings",
+    "Section",
+    "TelemetrySettings",
+]
 
 
 class Section(BaseModel):
@@ -162,8 +171,40 @@ class AuthSettings(Section):
     timeout_s: float = Field(10.0, gt=0, le=60, description="Limit for one munge/unmunge run.")
 
 
+class GpuSettings(Section):
+    """Central GPU health reads: scraping each node's dcgm-exporter (docs/gpu-health.md)."""
+
+    dcgm_url_template: str | None = Field(
+        None,
+        description="dcgm-exporter metrics URL of a node, {node} = its Slurm name, e.g. http://{node}:9400/metrics "
+        "(unset: dcgm_scrape_node needs an explicit url).",
+    )
+    dcgm_timeout_s: float = Field(5.0, gt=0, le=120, description="Limit for one scrape, connect to last byte.")
+    dcgm_max_page_bytes: int = Field(
+        8 * 1024 * 1024, gt=0, description="Largest exporter page accepted; a bigger one is an error, never cut short."
+    )
+    dcgm_nodes: tuple[str, ...] = Field(
+        (),
+        description="Nodes that run a dcgm-exporter (shell globs, e.g. gpu-*); empty: every node, once "
+        "dcgm_url_template is set. Attribution and health checks read DCGM beside NVML on these nodes; read from "
+        "the settings file at every read, so adding an exporter needs no restart.",
+    )
+    thresholds: GpuHealthThresholds = Field(
+        default_factory=GpuHealthThresholds,
+        description="The numbers behind the central GPU verdicts (DCGM reads): temperature, PCIe replay and NVLink "
+        "error rates, retired pages, repeated XIDs, power/thermal violation share.",
+    )
+
+    @model_validator(mode="after")
+    def _template_names_node(self) -> GpuSettings:
+        template = self.dcgm_url_template
+        if template is not None and ("{node}" not in template or not template.startswith(("http://", "https://"))):
+            raise ValueError("gpu.dcgm_url_template must be an http(s) URL containing {node}")
+        return self
+
+
 class NodeCheckSettings(Section):
-    """The node check job's program and output (ADR 018); its timeout, ranks and reservation are the Fleet's
+    """The node check job's program and output (ADR 016); its timeout, ranks and reservation are the Fleet's
     (``fleet.node_check``)."""
 
     command: tuple[str, ...] = Field(

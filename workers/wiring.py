@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,8 @@ from activities.slurm.port import CompositeScheduler, SchedulerPort, SchedulerRe
 from activities.slurm.rest_auth import TokenSource
 from activities.slurm.snapshots import SnapshotCache
 from workers.settings import GpuSettings, SchedulerBackend, Settings, SlurmSettings, WatchSettings, load_settings
+
+log = logging.getLogger(__name__)
 
 
 def build_scheduler(settings: SlurmSettings) -> SchedulerPort:
@@ -87,12 +90,26 @@ def build_gpu_activities(settings: GpuSettings) -> list[Callable[..., Any]]:
     knows the activity until its timeout. Building it costs no connection; it reads the packaged XID catalogue,
     so a broken one stops the worker at start.
     """
-    from activities.gpu.dcgm_activities import DcgmActivities
+    from activities.gpu.dcgm_activities import DcgmActivities, DcgmTargets
+
+    def targets() -> DcgmTargets:
+        # Which nodes have an exporter is live configuration (the settings file is re-read, like the operator
+        # list): a broken file keeps the targets the worker started with, and says so.
+        try:
+            now = load_settings().gpu
+        except Exception as exc:  # noqa: BLE001 - any invalid file: keep serving with the start-up settings
+            log.warning("gpu settings not re-read (%s); using the start-up ones", exc)
+            now = settings
+        return DcgmTargets(now.dcgm_url_template, now.dcgm_nodes)
 
     acts = DcgmActivities(
-        settings.dcgm_url_template, timeout_s=settings.dcgm_timeout_s, max_bytes=settings.dcgm_max_page_bytes
+        settings.dcgm_url_template,
+        timeout_s=settings.dcgm_timeout_s,
+        max_bytes=settings.dcgm_max_page_bytes,
+        thresholds=settings.thresholds,
+        targets=targets,
     )
-    return [acts.scrape_node]
+    return [acts.scrape_node, acts.read_gpus]
 
 
 def build_operator_verifier(settings: Settings) -> Callable[..., Any]:

@@ -17,17 +17,29 @@ with workflow.unsafe.imports_passed_through():
     from workflows.domain.fleet_view import FleetView
     from workflows.domain.gpu import NodeHealthCheckInput, NodeHealthCheckResult
     from workflows.domain.slurm import ClusterSnapshot
-    from workflows.job_recovery.evidence import read_gpus
+    from workflows.job_recovery.evidence import read_dcgm, read_gpus
     from workflows.options import NODE_AGENT_QUICK_READ, SCHEDULER_READ
     from workflows.policy.gpu_claims import confirm_gpu_events
+    from workflows.policy.gpu_merge import health_check_with_dcgm
 
-__all__ = ["COMPACT_VIEW_PATCH", "SETTLE_PATCH", "agent_confirms", "health_check", "read_view", "reply", "settled_view"]
+__all__ = [
+    "COMPACT_VIEW_PATCH",
+    "DCGM_HEALTH_CHECK_PATCH",
+    "SETTLE_PATCH",
+    "agent_confirms",
+    "health_check",
+    "read_view",
+    "reply",
+    "settled_view",
+]
 
 #: The Fleet reads ``fleet_view`` (the nodes it names, counts for the rest) instead of the whole snapshot, which
 #: passes Temporal's 2 MB payload limit past about 3,000 jobs. Histories from before read ``fleet_cluster_view``.
 COMPACT_VIEW_PATCH = "12-fleet-compact-view"
 #: A request for a COMPLETING job waits for the job's whole node list before it is checked (issue 13).
 SETTLE_PATCH = "13-fleet-settle-completing-job"
+#: The health check reads the node's DCGM exporter beside the agent's NVML check (issue 14).
+DCGM_HEALTH_CHECK_PATCH = "14-fleet-health-check-dcgm"
 SETTLE_EVERY_S = 2.0
 SETTLE_READS = 15
 
@@ -74,7 +86,10 @@ async def agent_confirms(fault: NodeGpuFault) -> bool:
 
 
 async def health_check(node: str, drained_at: datetime | None) -> tuple[bool, str]:
-    """The node agent's verdict on a drained node (healthy, detail); an agent that does not answer fails it."""
+    """The node agent's verdict on a drained node (healthy, detail); an agent that does not answer fails it. Where
+    the node has a DCGM exporter, its reading is merged in: a GPU either source fails, or an exporter that cannot be
+    read, fails the check (``workflows.policy.gpu_merge.health_check_with_dcgm``)."""
+    nvml = None
     try:
         result: NodeHealthCheckResult = await workflow.execute_activity_method(
             GpuActivities.health_check,
@@ -83,9 +98,12 @@ async def health_check(node: str, drained_at: datetime | None) -> tuple[bool, st
             summary=f"Health check of drained node {node}",
             **NODE_AGENT_QUICK_READ,
         )
+        outcome, nvml = (result.healthy, result.detail), result.verdict
     except ActivityError as e:
-        return False, f"node agent did not answer: {e.cause or e}"
-    return result.healthy, result.detail
+        outcome = (False, f"node agent did not answer: {e.cause or e}")
+    if not workflow.patched(DCGM_HEALTH_CHECK_PATCH):
+        return outcome
+    return health_check_with_dcgm(node, nvml, outcome, await read_dcgm((node,)))
 
 
 async def reply(req: IsolationRequest, decision: IsolationDecision) -> None:

@@ -106,6 +106,15 @@ NODE_AGENT_QUICK_READ: dict[str, Any] = {
     "retry_policy": RetryPolicy(maximum_attempts=1),
 }
 
+#: The central read of nodes' DCGM exporters (``dcgm_read_gpus``) beside the agents' NVML reads: an exporter that
+#: cannot be read is data in the result, so only a worker that cannot serve the call fails it (one retry). Each
+#: scrape is bounded by ``gpu.dcgm_timeout_s`` (at most 120 s); the nodes are read concurrently.
+DCGM_READ: dict[str, Any] = {
+    "schedule_to_start_timeout": timedelta(seconds=10),
+    "start_to_close_timeout": timedelta(seconds=130),
+    "retry_policy": RetryPolicy(maximum_attempts=2, non_retryable_error_types=_PERMANENT),
+}
+
 #: Evidence from a node agent before a hung job is killed (its ranks' processes, their stacks): one try, bounded,
 #: so a dead agent delays the restart by seconds, not minutes. Callers add ``start_to_close_timeout`` sized to the
 #: dump (py-spy runs up to 8 ranks at a time, each with its own timeout).

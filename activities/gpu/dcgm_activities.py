@@ -9,7 +9,12 @@ Only a call that can never work (no URL configured, a node name that cannot go i
 
 from __future__ import annotations
 
+import asyncio
+import fnmatch
+import logging
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import httpx
@@ -28,10 +33,21 @@ from workflows.domain.gpu import (
     NodeGpuVerdict,
     XidCatalog,
 )
-from workflows.policy.gpu_health import gpu_health_verdict
+from workflows.domain.gpu_sources import DcgmNodeRead, DcgmReadInput, DcgmReadResult
+from workflows.policy.gpu_health import gpu_health_verdict, verdict_for_report
+from workflows.policy.gpu_merge import merge_node_verdicts
 from workflows.policy.gpu_thresholds import DEFAULT_THRESHOLDS, GpuHealthThresholds
 
-__all__ = ["NODE_PLACEHOLDER", "DcgmActivities", "DcgmScrapeNodeInput", "DcgmScrapeNodeResult", "exporter_url"]
+__all__ = [
+    "NODE_PLACEHOLDER",
+    "DcgmActivities",
+    "DcgmScrapeNodeInput",
+    "DcgmScrapeNodeResult",
+    "DcgmTargets",
+    "exporter_url",
+]
+
+log = logging.getLogger(__name__)
 
 NODE_PLACEHOLDER = "{node}"
 # Slurm node names are host names; anything else (a slash, an @, a space) must not be spliced into a URL.
@@ -57,6 +73,22 @@ def exporter_url(node: str, url: str, template: str | None) -> str:
     return template.replace(NODE_PLACEHOLDER, node)
 
 
+@dataclass(frozen=True, slots=True)
+class DcgmTargets:
+    """Which nodes have an exporter, and where: ``gpu.dcgm_url_template`` and ``gpu.dcgm_nodes`` (globs; empty:
+    every node), as the worker reads them now (the wiring re-reads the settings file, so adding an exporter needs
+    no restart)."""
+
+    template: str | None
+    nodes: tuple[str, ...] = ()
+
+    def url_for(self, node: str) -> str:
+        """The node's exporter URL, or "" when none is configured for it."""
+        if not self.template or (self.nodes and not any(fnmatch.fnmatchcase(node, p) for p in self.nodes)):
+            return ""
+        return exporter_url(node, "", self.template)
+
+
 class DcgmActivities:
     """DCGM-exporter scrapes for the central worker; stateless, so one instance serves every node."""
 
@@ -69,6 +101,7 @@ class DcgmActivities:
         catalog: XidCatalog | None = None,
         thresholds: GpuHealthThresholds = DEFAULT_THRESHOLDS,
         transport: httpx.AsyncBaseTransport | None = None,
+        targets: Callable[[], DcgmTargets] | None = None,
     ) -> None:
         """Bind the settings.
 
@@ -81,7 +114,10 @@ class DcgmActivities:
                 worker at start, not at the first XID).
             thresholds: The verdict's numbers.
             transport: For tests (``httpx.MockTransport``).
+            targets: Which nodes ``dcgm_read_gpus`` reads, asked at every call; None: ``url_template`` for every
+                node.
         """
+        self._targets = targets or (lambda: DcgmTargets(url_template))
         self._template = url_template
         self._timeout_s = timeout_s
         self._max_bytes = max_bytes
@@ -155,3 +191,56 @@ class DcgmActivities:
             source=SOURCE_NAME,
             source_error=error or report.error,
         )
+
+    @activity.defn(name="dcgm_read_gpus")
+    async def read_gpus(self, params: DcgmReadInput) -> DcgmReadResult:
+        """Read the nodes' exporters now, concurrently (attribution and health checks, beside the NVML read).
+
+        Stateless: no earlier scrape to diff against, so the last-XID gauge is evidence without a time (never an
+        XID event) and the counters' growth rules do not fire; the state the page shows now (ECC, row remap,
+        retired pages, throttling, a lost GPU) is judged. A node without a configured exporter is answered
+        ``configured=False``; an exporter that cannot be read is the node's ``report.error``, never an activity
+        failure and never healthy.
+        """
+        with classified_errors():
+            targets = self._targets()
+            reads = await asyncio.gather(*(self.read_node(node, targets.url_for(node)) for node in params.nodes))
+        nvml = {r.host: r for r in params.nvml}
+        return DcgmReadResult(nodes=tuple(self._merged(read, nvml.get(read.node)) for read in reads))
+
+    def _merged(self, read: DcgmNodeRead, nvml: GpuHealthReport | None) -> DcgmNodeRead:
+        if nvml is None or read.verdict is None:
+            return read
+        mine = verdict_for_report(nvml, catalog=self._catalog, thresholds=self._thresholds, source="nvml")
+        return read.model_copy(update={"merged": merge_node_verdicts(read.node, (mine, read.verdict))})
+
+    async def read_node(self, node: str, url: str) -> DcgmNodeRead:
+        """One node's exporter at ``url`` now, judged ("" for ``url``: not configured, nothing read).
+
+        The reusable read for callers outside a workflow (a health-check job's own step reads the same way).
+        """
+        if not url:
+            return DcgmNodeRead(node=node, configured=False)
+        source = DcgmExporterSource(
+            node, url, timeout_s=self._timeout_s, max_bytes=self._max_bytes, transport=self._transport
+        )
+        try:
+            scrape = await source.scrape()
+        except ReboundError as exc:
+            if exc.kind is not FailureKind.GPU_SOURCE_UNAVAILABLE:
+                raise
+            log.warning("%s", exc)
+            report = GpuHealthReport(host=node, error=str(exc))
+        else:
+            # No baseline: the gauge's XID would be reported as new on every read (events dropped; the verdict
+            # names the gauge as undated evidence instead).
+            report = GpuHealthReport(host=node, driver_version=scrape.driver_version, samples=scrape.samples)
+        verdict = gpu_health_verdict(
+            node,
+            report.samples,
+            catalog=self._catalog,
+            thresholds=self._thresholds,
+            source=SOURCE_NAME,
+            source_error=report.error,
+        )
+        return DcgmNodeRead(node=node, configured=True, url=url, report=report, verdict=verdict)

@@ -91,6 +91,11 @@ _FIELDS: dict[str, tuple[str, Callable[[float], int]]] = {
     "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_TOTAL": ("nvlink_crc_flit", _int),
     "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": ("nvlink_crc_data", _int),
     "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_TOTAL": ("nvlink_crc_data", _int),
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": ("nvlink_replay_errors", _int),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": ("nvlink_recovery_errors", _int),
+    # Violation counters: time (us) the GPU was held below its clocks by the power limit or by temperature.
+    "DCGM_FI_DEV_POWER_VIOLATION": ("power_violation_us", _int),
+    "DCGM_FI_DEV_THERMAL_VIOLATION": ("thermal_violation_us", _int),
 }
 _COUNTERS = frozenset(
     {
@@ -105,6 +110,10 @@ _COUNTERS = frozenset(
         "pcie_replay_count",
         "nvlink_crc_flit",
         "nvlink_crc_data",
+        "nvlink_replay_errors",
+        "nvlink_recovery_errors",
+        "power_violation_us",
+        "thermal_violation_us",
     }
 )
 _NON_GPU_LABELS = ("nvlink", "nvswitch", "cpu", "cpucore")

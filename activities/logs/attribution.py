@@ -108,6 +108,7 @@ class AttributionActivities:
             ranks=inp.rank_map,
             ranks_logging=evidence.ranks_logging,
             gpu_events=gpu_faults_since(inp.gpu_events, since),
+            gpu_verdicts=inp.gpu_verdicts,
             unresponsive_nodes=persistence.confirmed(),
             hang=inp.hang,
             odd_ranks=inp.odd_ranks,

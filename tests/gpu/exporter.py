@@ -36,6 +36,8 @@ class ExporterState:
     drip_pause_s: float = 0.0
     endless: bool = False
     """Send chunks of ``x`` forever (chunked encoding) until the client hangs up."""
+    pages: dict[str, bytes] = field(default_factory=dict)
+    """Bodies by request path (one exporter standing in for several nodes' exporters); other paths get ``body``."""
     requests: int = 0
     bytes_sent: int = 0
     paths: list[str] = field(default_factory=list)
@@ -60,13 +62,14 @@ class _Handler(BaseHTTPRequestHandler):
                 while True:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     state.bytes_sent += len(chunk)
-            self.send_header("Content-Length", str(len(state.body)))
+            body = state.pages.get(self.path, state.body)
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            step = state.drip_chunk or len(state.body) or 1
-            for start in range(0, len(state.body), step):
-                self.wfile.write(state.body[start : start + step])
+            step = state.drip_chunk or len(body) or 1
+            for start in range(0, len(body), step):
+                self.wfile.write(body[start : start + step])
                 self.wfile.flush()
-                state.bytes_sent += len(state.body[start : start + step])
+                state.bytes_sent += len(body[start : start + step])
                 if state.drip_chunk:
                     time.sleep(state.drip_pause_s)
         except (BrokenPipeError, ConnectionResetError):
@@ -112,3 +115,34 @@ def running_exporter() -> Iterator[Exporter]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+#: (metric, type, help) of the counters a page built by ``exporter_page`` carries, as in NVIDIA/dcgm-exporter's
+#: default counters CSV.
+PAGE_METRICS = (
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
+    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink flow-control CRC errors."),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons."),
+)
+_HEALTHY_VALUES = {"DCGM_FI_DEV_GPU_TEMP": 45, "DCGM_FI_DEV_POWER_USAGE": 120.5}
+
+
+def exporter_page(host: str, gpus: list[tuple[int, str, str]], faults: dict[int, dict[str, float]]) -> str:
+    """A dcgm-exporter page for ``gpus`` (index, UUID, PCI bus id), healthy except the values in ``faults``
+    (GPU index -> metric -> value), labelled the way dcgm-exporter labels them."""
+    out: list[str] = []
+    for metric, kind, help_text in PAGE_METRICS:
+        out += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}"]
+        for index, uuid, bus in gpus:
+            labels = (
+                f'gpu="{index}",UUID="{uuid}",pci_bus_id="{bus}",device="nvidia{index}",'
+                f'modelName="NVIDIA H100 80GB HBM3",Hostname="{host}",DCGM_FI_DRIVER_VERSION="550.54.15"'
+            )
+            value = faults.get(index, {}).get(metric, _HEALTHY_VALUES.get(metric, 0))
+            out.append(f"{metric}{{{labels}}} {value}")
+    return "\n".join(out) + "\n"

@@ -152,11 +152,11 @@ def test_gpu_settings_defaults_env_and_validation(monkeypatch: pytest.MonkeyPatc
 
 
 async def test_wiring_registers_the_activity_with_or_without_a_template(exporter: Exporter) -> None:
-    (unset,) = build_gpu_activities(GpuSettings())
+    unset, _ = build_gpu_activities(GpuSettings())
     assert activity._Definition.must_from_callable(unset).name == "dcgm_scrape_node"
     with pytest.raises(ApplicationError, match="set gpu.dcgm_url_template"):
         await ActivityEnvironment().run(unset, DcgmScrapeNodeInput(node="n1"))
     exporter.serve(page("h100-8gpu-healthy.prom"))
-    (configured,) = build_gpu_activities(GpuSettings(dcgm_url_template=_template(exporter), dcgm_timeout_s=2))
+    configured, _ = build_gpu_activities(GpuSettings(dcgm_url_template=_template(exporter), dcgm_timeout_s=2))
     result = await ActivityEnvironment().run(configured, DcgmScrapeNodeInput(node=NODE))
     assert len(result.report.samples) == 8 and exporter.state.paths == [f"/{NODE}/metrics"]

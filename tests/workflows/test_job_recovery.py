@@ -16,6 +16,7 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.worker import Worker
 
+from activities.gpu.dcgm_activities import DcgmActivities, DcgmTargets
 from activities.logs.attribution import AttributionActivities
 from activities.logs.watch import WatchActivities
 from activities.slurm.actions import SlurmActionActivities
@@ -68,6 +69,8 @@ class Harness:
         # Operators' credentials are verified by a real munged (tests.munge_support); root is the operator.
         self.operators = ["root"]
         self.munge = munge
+        self.dcgm = DcgmTargets(None)
+        """Which nodes have a DCGM exporter (none unless a test says)."""
         self.fleet_policy = FleetPolicy(
             mode=FleetMode.ACT, breaker_max_fraction=1.0, breaker_max_nodes=100, health_check_after_s=3600
         )
@@ -109,6 +112,7 @@ class Harness:
                 fleet.resume_node,
                 fleet.confirm_decision,
                 NotifyActivities(None).notify_webhook,  # no webhook configured: "disabled" at once
+                DcgmActivities(targets=lambda: self.dcgm, timeout_s=2).read_gpus,
                 *([self.munge.verifier(self.operators).verify] if self.munge else []),
                 *self.extra_activities(),
             ],

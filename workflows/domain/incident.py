@@ -78,6 +78,9 @@ class EvidenceKind(StrEnum):
 
     GPU_AGENT = "gpu-agent"
     """A node agent read the fault from the GPU (XID, lost GPU, double-bit ECC, NVML's throttle reasons)."""
+    GPU_DCGM = "gpu-dcgm"
+    """The node's DCGM exporter, read by Rebound now, shows a GPU failed (double-bit ECC, row remap failure,
+    retired-page limit, a lost GPU), in the merged NVML + DCGM verdict."""
     NODE_DOWN = "node-down"
     """The scheduler lost the node's slurmd (DOWN or NOT_RESPONDING)."""
     NODE_FAILURE = "node-failure"

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from workflows.domain.base import Frozen
 from workflows.domain.checkpoints import CheckpointRef
-from workflows.domain.gpu import GpuEvent
+from workflows.domain.gpu import GpuEvent, NodeGpuVerdict
 from workflows.domain.hang import HangPolicy, HangVerdict
 from workflows.domain.incident import Anomaly, Attribution, LogFinding
 from workflows.domain.procs import RankProcess
@@ -96,6 +96,9 @@ class AttributeInput(Frozen):
     rank_map: RankMap | None = None
     """Rank -> node from facts (the node agents' view of the job's processes); None: only the logs place ranks."""
     gpu_events: tuple[GpuEvent, ...] = ()
+    gpu_verdicts: tuple[NodeGpuVerdict, ...] = ()
+    """One verdict per GPU of the job's nodes that have a DCGM exporter, merged from NVML and DCGM read now
+    (``workflows.policy.gpu_merge``); empty where no exporter is configured."""
     settle_s: float = Field(1.0, ge=0)
     """Keep reading logs this long: a peer's error or srun's summary often lands a moment after the first line."""
     corroborate_s: float = Field(10.0, ge=0)

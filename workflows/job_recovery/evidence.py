@@ -17,10 +17,12 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.gpu.activities import GpuActivities
+    from activities.gpu.dcgm_activities import DcgmActivities
     from activities.logs.attribution import AttributionActivities
     from activities.procs.activities import ProcsActivities
     from workflows.constants import node_task_queue
     from workflows.domain.gpu import GpuHealthReport, NvmlReadGpuHealthInput
+    from workflows.domain.gpu_sources import DcgmReadInput, DcgmReadResult
     from workflows.domain.loop import AttributeInput, AttributeResult
     from workflows.domain.procs import (
         NodeProcessesInput,
@@ -31,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         StackDumpResult,
     )
     from workflows.domain.ranks import RankMap
-    from workflows.options import ATTRIBUTE, NODE_AGENT_EVIDENCE, NODE_AGENT_QUICK_READ
+    from workflows.options import ATTRIBUTE, DCGM_READ, NODE_AGENT_EVIDENCE, NODE_AGENT_QUICK_READ
     from workflows.policy.rank_map import build_rank_map
     from workflows.policy.stacks import describe_stacks, odd_ranks
 
@@ -42,6 +44,7 @@ __all__ = [
     "hang_evidence",
     "rank_map",
     "read_all_gpus",
+    "read_dcgm",
     "read_gpus",
     "summarise_hang_evidence",
 ]
@@ -82,6 +85,22 @@ async def read_gpus(node: str) -> GpuHealthReport | None:
 async def read_all_gpus(nodes: Sequence[str]) -> list[GpuHealthReport | None]:
     """Every node's GPU read, concurrently (in the nodes' order)."""
     return list(await asyncio.gather(*(read_gpus(n) for n in nodes)))
+
+
+async def read_dcgm(nodes: Sequence[str], nvml: Sequence[GpuHealthReport | None] = ()) -> DcgmReadResult | None:
+    """The nodes' DCGM exporters read now by the central worker (nodes without one answered ``configured=False``),
+    each merged with its NVML read from ``nvml`` where given; None when the read could not be made at all (then
+    there is no DCGM evidence, which the caller says; never "healthy")."""
+    try:
+        result: DcgmReadResult = await workflow.execute_activity_method(
+            DcgmActivities.read_gpus,
+            DcgmReadInput(nodes=tuple(nodes), nvml=tuple(r for r in nvml if r is not None)),
+            summary=f"Read the DCGM exporters of {', '.join(nodes)[:80]}",
+            **DCGM_READ,
+        )
+    except ActivityError:
+        return None
+    return result
 
 
 async def hang_evidence(job_id: int, nodes: Sequence[str], timeout_s: float) -> HangEvidence:

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import metrics
     from workflows.constants import RESTART_COUNT, isolation_request_id
     from workflows.domain.fleet import IsolationDecision
+    from workflows.domain.gpu import NodeGpuVerdict
     from workflows.domain.incident import (
         ActionKind,
         ActionRecord,
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policy.action_ladder import describe_evidence
     from workflows.policy.budget import backoff_s
     from workflows.policy.gpu_claims import confirm_gpu_events
+    from workflows.policy.gpu_merge import dcgm_evidence
     from workflows.policy.implicit import attribute_straggler
     from workflows.policy.rank_map import merge_maps
     from workflows.policy.recovery import (
@@ -81,6 +83,9 @@ RANK_MAP_AT_ATTRIBUTION = "rank-map-at-attribution"
 #: Signalled GPU faults are evidence only when the node's agent lists them in the fresh read (issue 13:
 #: ``workflows.policy.gpu_claims``); histories from before weighed every signalled event.
 CONFIRM_GPU_SIGNALS_PATCH = "13-confirm-signalled-gpu-events"
+#: Attribution reads the job nodes' DCGM exporters beside NVML (issue 14) and weighs one merged verdict per GPU;
+#: histories from before read NVML only.
+DCGM_EVIDENCE_PATCH = "14-dcgm-evidence"
 
 
 async def detect(rec: Recorder, job: SlurmJob, anomaly: Anomaly) -> int:
@@ -128,6 +133,13 @@ async def attribute(
         anomaly = anomaly.model_copy(update={"gpu_events": from_anomaly})
         for note in (*notes, *more):
             rec.record("GPU_CLAIM", note, number)
+    verdicts: tuple[NodeGpuVerdict, ...] = ()
+    if workflow.patched(DCGM_EVIDENCE_PATCH):
+        # NVML's samples go in without their events: attribution weighs this attempt's events itself (below).
+        samples_only = [r.model_copy(update={"events": ()}) if r is not None else None for r in reports]
+        verdicts, dcgm_notes = dcgm_evidence(nodes, await evidence.read_dcgm(nodes, samples_only))
+        for note in dcgm_notes:
+            rec.record("GPU_VERDICT", note, number)
     incident = rec.incident(number)
     result = await evidence.attribute(
         AttributeInput(
@@ -139,6 +151,7 @@ async def attribute(
             offsets=rec.status.log_offsets,
             findings=findings,
             gpu_events=attempt_gpu_events(anomaly, signalled, reports, start),
+            gpu_verdicts=verdicts,
             hang=incident.hang,
             odd_ranks=incident.odd_ranks,
             processes=incident.processes,

@@ -30,10 +30,13 @@ from workflows.domain.incident import ActionRung, Attribution, EvidenceKind
 __all__ = ["NODE_EVIDENCE", "ActionChoice", "choose_action", "describe_evidence", "with_action"]
 
 #: Evidence about the node itself, from outside the job: enough to drain it.
-NODE_EVIDENCE = frozenset({EvidenceKind.GPU_AGENT, EvidenceKind.NODE_DOWN, EvidenceKind.NODE_FAILURE})
+NODE_EVIDENCE = frozenset(
+    {EvidenceKind.GPU_AGENT, EvidenceKind.GPU_DCGM, EvidenceKind.NODE_DOWN, EvidenceKind.NODE_FAILURE}
+)
 
 _WHAT = {
     EvidenceKind.GPU_AGENT: "the node agent read a GPU fault",
+    EvidenceKind.GPU_DCGM: "the node's DCGM exporter shows a failed GPU",
     EvidenceKind.NODE_DOWN: "the scheduler lost the node's slurmd",
     EvidenceKind.NODE_FAILURE: "Slurm reported a node failure",
     EvidenceKind.JOB_HW_ERROR: "a CUDA hardware error printed by the job itself, not corroborated by the node agent",

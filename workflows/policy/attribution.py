@@ -2,7 +2,8 @@
 
 Rules, strongest first (the first that applies decides; the rest of the evidence is kept for the record):
 
-1. A GPU fault (XID, lost GPU, double-bit ECC) on one of the job's nodes: hardware; that node and GPU.
+1. A GPU fault (XID, lost GPU, double-bit ECC) on one of the job's nodes, or a GPU the merged NVML + DCGM
+   verdict of a job node fails: hardware; that node and GPU (``workflows.policy.attribution_gpu``).
 2. One of the job's nodes is DOWN or NOT_RESPONDING (its slurmd is dead): infrastructure; that node.
 3. Slurm reports a node failure for the job (``Node failure on nX``, NODE_FAIL): infrastructure; that node.
 4. A CUDA-style error in a rank's output: hardware; the node of that rank (below).
@@ -46,11 +47,11 @@ from enum import Enum
 from typing import NamedTuple
 
 from workflows.domain.findings import Cause, FindingKind
-from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.incident import Attribution, Evidence, EvidenceKind, EvidenceSource, FailureClass, LogFinding
 from workflows.domain.ranks import Launcher
 from workflows.policy.action_ladder import with_action
 from workflows.policy.attribution_facts import AttributionFacts, block_rank_layout
+from workflows.policy.attribution_gpu import gpu_attribution, has_gpu_fault
 from workflows.policy.implicit import attribute_hang
 
 __all__ = [
@@ -83,9 +84,9 @@ def attribute(facts: AttributionFacts) -> Attribution:
 
 
 def _verdict(facts: AttributionFacts) -> Attribution:
-    gpu = _gpu_faults(facts)
-    if gpu:
-        return _gpu_fault(gpu)
+    gpu = gpu_attribution(facts)
+    if gpu is not None:
+        return gpu
     down = _dead_nodes(facts)
     if down:
         return Attribution(
@@ -140,7 +141,7 @@ def deciding_findings(facts: AttributionFacts) -> tuple[LogFinding, ...]:
     Empty when a GPU fault or a dead node decides (rules 1-2), or when no log finding does (a hang, victims alone,
     nothing). ``rebound diagnose`` names its root cause among these, so it never contradicts a live recovery.
     """
-    if _gpu_faults(facts) or _dead_nodes(facts):
+    if has_gpu_fault(facts) or _dead_nodes(facts):
         return ()
     rule = _log_rule(facts, sorted(facts.findings, key=_first_key))
     return tuple(rule.findings) if rule is not None else ()
@@ -257,38 +258,6 @@ def _from_log_rule(rule: _LogRule, facts: AttributionFacts, ordered: list[LogFin
         return _user_bug(rule.findings, facts)
     crash = _culprit(first, facts, FailureClass.UNKNOWN, _EXIT_CAUSES.get(first.kind, Cause.RANK_CRASH), 0.6, ordered)
     return crash.model_copy(update={"basis": EvidenceKind.RANK_EXIT})
-
-
-def _gpu_faults(facts: AttributionFacts) -> list[GpuEvent]:
-    job_nodes = set(facts.job_nodes)
-    return [e for e in facts.gpu_events if e.host in job_nodes and e.kind is not GpuEventKind.SOURCE_DOWN]
-
-
-def _gpu_fault(events: list[GpuEvent]) -> Attribution:
-    first = events[0]
-    cause = f"xid-{first.xid}" if first.kind is GpuEventKind.XID and first.xid else first.kind.value.replace("_", "-")
-    nodes = tuple(dict.fromkeys(e.host for e in events))
-    gpus = tuple(dict.fromkeys(f"{e.host}:{e.index}" for e in events if e.index is not None))
-    return Attribution(
-        failure_class=FailureClass.HARDWARE,
-        cause=cause,
-        retryable=True,
-        confidence=0.95,
-        implicated_nodes=nodes,
-        implicated_gpus=gpus,
-        explanation=f"{first.kind.value} on GPU {first.index} of {first.host}"
-        + (f" (XID {first.xid})" if first.xid else ""),
-        evidence=tuple(
-            Evidence(
-                source=EvidenceSource.GPU,
-                text=f"{e.kind.value} gpu={e.index} uuid={e.uuid} xid={e.xid}",
-                node=e.host,
-                at=e.observed_at,
-            )
-            for e in events[:5]
-        ),
-        basis=EvidenceKind.GPU_AGENT,
-    )
 
 
 def _culprit(

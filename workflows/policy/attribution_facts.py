@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from workflows.domain.findings import FindingKind
-from workflows.domain.gpu import GpuEvent
+from workflows.domain.gpu import GpuEvent, NodeGpuVerdict
 from workflows.domain.hang import HangVerdict
 from workflows.domain.incident import LogFinding
 from workflows.domain.procs import RankProcess
@@ -29,6 +29,8 @@ class AttributionFacts:
     """Every rank the facts place (``RankMap.rank_nodes``)."""
     findings: Sequence[LogFinding] = ()
     gpu_events: Sequence[GpuEvent] = ()
+    gpu_verdicts: Sequence[NodeGpuVerdict] = ()
+    """Merged NVML + DCGM verdicts of job nodes read now (only nodes with a DCGM exporter)."""
     unresponsive_nodes: Sequence[str] = ()
     """Job nodes the scheduler shows DOWN or NOT_RESPONDING."""
     node_failure_nodes: Sequence[str] = ()
@@ -51,6 +53,7 @@ class AttributionFacts:
         ranks: RankMap | None = None,
         ranks_logging: Iterable[int] = (),
         gpu_events: Sequence[GpuEvent] = (),
+        gpu_verdicts: Sequence[NodeGpuVerdict] = (),
         unresponsive_nodes: Sequence[str] = (),
         hang: HangVerdict | None = None,
         odd_ranks: Sequence[int] = (),
@@ -69,6 +72,7 @@ class AttributionFacts:
             ranks=placed,
             findings=findings,
             gpu_events=gpu_events,
+            gpu_verdicts=gpu_verdicts,
             unresponsive_nodes=unresponsive_nodes,
             node_failure_nodes=[f.node for f in findings if f.kind is FindingKind.NODE_FAILURE and f.node],
             ranks_logging=sorted(ranks_logging),

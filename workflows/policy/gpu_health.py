@@ -51,6 +51,7 @@ from workflows.domain.gpu import (
     NodeGpuVerdict,
     XidCatalog,
 )
+from workflows.policy.gpu_dcgm_rules import dcgm_sample_findings
 from workflows.policy.gpu_event_rules import event_findings, repeat_findings
 from workflows.policy.gpu_sample_rules import sample_findings
 from workflows.policy.gpu_thresholds import DEFAULT_THRESHOLDS, GpuHealthThresholds, gpu_finding
@@ -145,7 +146,9 @@ def gpu_health_verdict(
     for facts in sorted(gpus.values(), key=lambda f: (f.index is None, f.index or 0, f.uuid)):
         findings: list[GpuHealthFinding] = []
         if facts.sample is not None:
-            findings += sample_findings(facts.sample, before.match(facts.sample), thresholds)
+            prev = before.match(facts.sample)
+            findings += sample_findings(facts.sample, prev, thresholds)
+            findings += dcgm_sample_findings(facts.sample, prev, thresholds)
         for event in facts.events:
             findings += event_findings(event, catalog, pinned=True)
         findings += repeat_findings(facts.events, catalog, thresholds)

@@ -25,6 +25,12 @@ class GpuHealthThresholds(Frozen):
     """An application-class XID seen this often on one GPU (within the events given) drains the node."""
     assumed_interval_s: float = Field(60.0, gt=0)
     """Seconds between two samples that carry no ``observed_at``."""
+    nvlink_replay_per_s: float = Field(1.0, ge=0)
+    """DCGM: NVLink retransmissions per second (between two scrapes) worth watching; Rebound's choice, DCGM has
+    no published limit. Any growth of NVLink *recoveries* (a link went down) is watched whatever this says."""
+    violation_share_watch: float = Field(0.5, gt=0, le=1)
+    """DCGM: share of the time between two scrapes a GPU was held back by its power limit or by temperature
+    (``DCGM_FI_DEV_POWER_VIOLATION``/``THERMAL_VIOLATION``) at which it is watched."""
 
 
 DEFAULT_THRESHOLDS = GpuHealthThresholds()
