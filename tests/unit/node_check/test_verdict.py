@@ -78,8 +78,8 @@ def _state(**record: object) -> FleetState:
     return FleetState(cluster="lab", nodes={"n2": base.model_copy(update=record)})
 
 
-def _result(outcome: CheckOutcome, **kw: object) -> NodeCheckRunResult:
-    return NodeCheckRunResult(node="n2", outcome=outcome, detail=kw.pop("detail", "check job 17: x"), job_id=17, **kw)  # type: ignore[arg-type]  # test kwargs
+def _result(outcome: CheckOutcome, detail: str = "check job 17: x", **kw: str) -> NodeCheckRunResult:
+    return NodeCheckRunResult(node="n2", outcome=outcome, detail=detail, job_id=17, **kw)  # type: ignore[arg-type]  # str kwargs: reservation, current_reason
 
 
 def test_passed_returns_the_node_and_releases_without_a_drain() -> None:
