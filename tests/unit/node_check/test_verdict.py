@@ -79,7 +79,7 @@ def _state(**record: object) -> FleetState:
 
 
 def _result(outcome: CheckOutcome, detail: str = "check job 17: x", **kw: str) -> NodeCheckRunResult:
-    return NodeCheckRunResult(node="n2", outcome=outcome, detail=detail, job_id=17, **kw)  # type: ignore[arg-type]  # str kwargs: reservation, current_reason
+    return NodeCheckRunResult(node="n2", outcome=outcome, detail=detail, job_id=17, **kw)
 
 
 def test_passed_returns_the_node_and_releases_without_a_drain() -> None:
