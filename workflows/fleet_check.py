@@ -103,7 +103,7 @@ async def _node_check(
     run = NodeCheckRunInput(
         node=node,
         drain_reason=record.drain_reason,
-        token=check_token(workflow.info().workflow_id, node, record),
+        token=check_token(workflow.info().workflow_id, workflow.info().run_id, node, record),
         timeout_s=check.timeout_s,
         ranks=check.ranks,
         reservation_minutes=check.reservation_minutes,

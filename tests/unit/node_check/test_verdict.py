@@ -134,8 +134,11 @@ def test_check_wanted_only_where_a_pass_could_return_the_node() -> None:
 
 def test_check_token_is_stable_per_check_and_new_for_the_next() -> None:
     record = _state().nodes["n2"]
-    assert check_token("f", "n2", record) == check_token("f", "n2", record)
-    assert check_token("f", "n2", record) != check_token("f", "n2", record.model_copy(update={"checks": ("x",)}))
+    assert check_token("f", "r1", "n2", record) == check_token("f", "r1", "n2", record)
+    assert check_token("f", "r1", "n2", record) != check_token(
+        "f", "r1", "n2", record.model_copy(update={"checks": ("x",)})
+    )
+    assert check_token("f", "r1", "n2", record) != check_token("f", "r2", "n2", record)  # a Fleet started afresh
 
 
 def test_check_script_quotes_every_argument() -> None:

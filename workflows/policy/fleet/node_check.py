@@ -29,9 +29,10 @@ def node_check_wanted(record: NodeRecord, policy: FleetPolicy, now: datetime) ->
     return policy.node_check.enabled and policy.return_healthy_nodes and not is_lemon(record, policy, now)
 
 
-def check_token(fleet_id: str, node: str, record: NodeRecord) -> str:
-    """This check's id: the same on every retry of it (its job is adopted), new for the node's next check."""
-    return f"{fleet_id}/check-{node}-{len(record.checks)}"
+def check_token(fleet_id: str, run_id: str, node: str, record: NodeRecord) -> str:
+    """This check's id: the same on every retry of it (its job is adopted), new for the node's next check and for
+    another Fleet run (a Fleet started afresh forgets its checks: Slurm still lists their jobs for ``MinJobAge``)."""
+    return f"{fleet_id}/{run_id}/check-{node}-{len(record.checks)}"
 
 
 def held_reason(result: NodeCheckRunResult) -> str:
