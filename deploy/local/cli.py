@@ -69,6 +69,8 @@ def register(commands: Commands) -> None:
             "node-crash",
             "kernel",
             "recovery-action",
+            "node-check",
+            "nhc",
         ],
     )
     inj.add_argument("--run", help="demo run name (every kind but node-crash)")
@@ -85,6 +87,13 @@ def register(commands: Commands) -> None:
         default="node_reboot",
         help="recovery-action: what NVML reports for --node's --gpu (none, gpu_reset, node_reboot, drain_p2p, "
         "drain_and_reset, ... or a number)",
+    )
+    inj.add_argument(
+        "--mode",
+        choices=["hang", "exit", "off"],
+        default="hang",
+        help="node-check: --node's next check job fails (its last rank hangs or exits before the all-reduce; off: "
+        "passes again); nhc: off stops the lab's HealthCheckProgram draining --node (its drain stays)",
     )
     inj.add_argument(
         "--frozen",
@@ -171,6 +180,8 @@ def _inject(lab: Lab, args: argparse.Namespace) -> int:
         return _inject_kernel(lab, args)
     if args.kind == "recovery-action":
         return _inject_recovery_action(lab, args)
+    if args.kind in ("node-check", "nhc"):
+        return _inject_node_check(lab, args)
 
     record = inject.inject(
         lab.cfg.layout,
@@ -236,4 +247,20 @@ def _inject_recovery_action(lab: Lab, args: argparse.Namespace) -> int:
             }
         )
     )
+    return 0
+
+
+def _inject_node_check(lab: Lab, args: argparse.Namespace) -> int:
+    """node-check: --node's check job fails in a way only the job sees; nhc: the lab's HealthCheckProgram drains
+    --node as ``NHC: <--line>`` (deploy/local/node_check_lab.py)."""
+    from deploy.local.node_check_lab import fail_check, fail_nhc
+
+    if not args.node:
+        raise SystemExit(f"inject {args.kind}: --node is required")
+    off = args.mode == "off"
+    if args.kind == "node-check":
+        fail_check(lab.cfg.state_dir, args.node, None if off else args.mode)
+    else:
+        fail_nhc(lab.cfg.state_dir, args.node, None if off else (args.line or "lab: injected"))
+    print(json.dumps({"kind": args.kind, "node": args.node, "mode": args.mode, "t0": datetime.now(UTC).isoformat()}))
     return 0
