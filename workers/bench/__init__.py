@@ -42,6 +42,13 @@ def register(commands: Commands) -> None:
         default=Path("tests/data/detection/corpus.jsonl"),
         help="JSONL corpus, one labelled log per line (default: tests/data/detection/corpus.jsonl)",
     )
+    det.add_argument(
+        "--kernel-corpus",
+        type=Path,
+        default=Path("tests/data/detection/kernel.jsonl"),
+        help="JSONL dmesg excerpts labelled with node events, scored against the node agent's kernel-line parser "
+        "(default: tests/data/detection/kernel.jsonl; skipped when absent)",
+    )
     det.add_argument("--json", type=Path, default=None, help="also write the full result as JSON to this path")
     att = commands.benchmark(
         "attribution",

@@ -26,7 +26,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -83,8 +83,15 @@ class CorpusError(ValueError):
     """A corpus that cannot be scored: names the file and line."""
 
 
-def load_corpus(path: Path) -> list[CorpusCase]:
-    """Parse and validate the corpus.
+_Case = TypeVar("_Case", bound=BaseModel)
+
+
+@overload
+def load_corpus(path: Path) -> list[CorpusCase]: ...
+@overload
+def load_corpus(path: Path, model: type[_Case]) -> list[_Case]: ...
+def load_corpus(path: Path, model: type[BaseModel] = CorpusCase) -> list[Any]:
+    """Parse and validate the corpus (cases of ``model``: the kernel-log corpus has its own labels).
 
     Raises:
         CorpusError: The file cannot be read, a line is not a JSON object of the corpus format (the message names
@@ -94,21 +101,22 @@ def load_corpus(path: Path) -> list[CorpusCase]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise CorpusError(f"{path}: cannot read the corpus: {e}") from e
-    cases: list[CorpusCase] = []
+    cases: list[Any] = []
     seen: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
-            case = CorpusCase.model_validate_json(line)
+            case = model.model_validate_json(line)
         except ValidationError as e:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or 'line'}: {err['msg']}" for err in e.errors()
             )
             raise CorpusError(f"{path}:{number}: malformed case: {problems}") from e
-        if case.id in seen:
-            raise CorpusError(f"{path}:{number}: duplicate id {case.id!r} (first on line {seen[case.id]})")
-        seen[case.id] = number
+        case_id = str(getattr(case, "id", ""))
+        if case_id in seen:
+            raise CorpusError(f"{path}:{number}: duplicate id {case_id!r} (first on line {seen[case_id]})")
+        seen[case_id] = number
         cases.append(case)
     if not cases:
         raise CorpusError(f"{path}: no cases")
@@ -288,8 +296,31 @@ def run_detection_command(args: argparse.Namespace) -> int:
     report["corpus"] = str(path)
     print(f"detection benchmark: {len(cases)} cases from {path}\n")
     print(format_report(report))
+    kernel_path = getattr(args, "kernel_corpus", None)
+    if kernel_path is not None and Path(kernel_path).exists():
+        report["kernel"] = _kernel_section(Path(kernel_path))
+        if report["kernel"] is None:
+            return 2
     if args.json is not None:
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
     return 0
+
+
+def _kernel_section(path: Path) -> dict[str, Any] | None:
+    """Score the node agent's kernel-line parser on the kernel corpus and print it; None on a bad corpus."""
+    from activities.kernel.sxid_catalog import default_sxid_catalog
+    from workers.bench.kernel_corpus import KernelCase, format_kernel_report, read_kernel, score_kernel
+
+    try:
+        cases = load_corpus(path, KernelCase)
+    except CorpusError as e:
+        print(f"rebound bench detection: {e}", file=sys.stderr)
+        return None
+    sxids = default_sxid_catalog()
+    report = score_kernel(cases, [read_kernel(c.log, sxids=sxids) for c in cases])
+    report["corpus"] = str(path)
+    print(f"\nkernel-log lines (the node agent's parser, activities/kernel/lines.py): {len(cases)} cases from {path}\n")
+    print("\n".join(format_kernel_report(report, _table)))
+    return report
