@@ -108,7 +108,13 @@ class SlurmCliMaintenance:
     async def delete_reservation(self, name: str) -> None:
         if await self.show_reservation(name) is None:
             return
-        await self._checked("scontrol", "delete", f"ReservationName={name}")
+        result = await self._cli.run("scontrol", "delete", f"ReservationName={name}")
+        if result.returncode != 0:
+            text = (result.stderr.strip() or result.stdout.decode("utf-8", "replace").strip())[:300]
+            # "Requested reservation is in use": a job of it is still ending (seen on 22.05 right after the check
+            # job's ranks printed): retried, not refused.
+            kind = FailureKind.SCHEDULER_BUSY if "in use" in text else kind_from_text(text)
+            raise ReboundError(kind, f"scontrol delete ReservationName={name}: {text}")
 
     async def submit_check(self, request: CheckJobRequest) -> int:
         args = [

@@ -165,7 +165,11 @@ class NodeCheckActivities:
                 reports, ranks, job.job_id, ended=ended, timed_out_s=inp.timeout_s if elapsed > inp.timeout_s else None
             )
             if verdict is not None:
-                if not ended and verdict[0] is not CheckOutcome.PASSED:
+                if not ended:
+                    if verdict[0] is CheckOutcome.PASSED and elapsed <= inp.timeout_s:
+                        # Every rank passed: let the job end (its reservation cannot be deleted while it runs).
+                        await asyncio.sleep(self._poll_s)
+                        continue
                     await self._maint.cancel(job.job_id)  # a failed rank's peers may hang in the all-reduce
                 return result(verdict[0], verdict[1], reports)
             await asyncio.sleep(self._poll_s)

@@ -4,6 +4,7 @@ left alone, Rebound's own timeout, and the release."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,7 @@ class FakeMaintenance:
                 for r in range(request.ranks)
             ]
             _write(Path(request.output.replace("%j", str(job.job_id))), "\n".join(lines) + "\n")
+            self.sched.jobs[job.job_id] = job.model_copy(update={"state": JobState.COMPLETED})
         return job.job_id
 
     async def cancel(self, job_id: int) -> None:
@@ -158,3 +160,25 @@ async def test_release_keeps_someone_elses_drain_and_says_whose(tmp_path: Path) 
     done = await ActivityEnvironment().run(_acts(sched, maint, tmp_path).release, inp)
     assert not done.drained and done.current_reason == "NHC: fan failed"
     assert sched.nodes["n2"].reason == "NHC: fan failed"
+
+
+async def test_a_passed_check_waits_for_its_job_to_end_before_answering(tmp_path: Path) -> None:
+    """Slurm refuses to delete a reservation while its job is still ending ("Requested reservation is in use")."""
+    sched = FakeScheduler()
+    await sched.drain_node("n2", OURS)
+    maint = FakeMaintenance(sched)
+    submit = maint.submit_check
+
+    async def still_running(request: CheckJobRequest) -> int:
+        job_id = await submit(request)
+        sched.jobs[job_id] = sched.jobs[job_id].model_copy(update={"state": JobState.RUNNING})
+        asyncio.get_running_loop().call_later(
+            0.2,
+            lambda: sched.jobs.update({job_id: sched.jobs[job_id].model_copy(update={"state": JobState.COMPLETED})}),
+        )
+        return job_id
+
+    maint.submit_check = still_running  # type: ignore[method-assign]  # the job ends a moment after its ranks print
+    result = await ActivityEnvironment().run(_acts(sched, maint, tmp_path).run, _inp())
+    assert result.outcome is CheckOutcome.PASSED and sched.jobs[result.job_id or 0].state is JobState.COMPLETED
+    assert not [c for c in maint.calls if c.startswith("cancel")], maint.calls
