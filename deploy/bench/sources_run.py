@@ -209,9 +209,10 @@ async def run_source(ctx: BenchContext, source: Source, index: int, stamp: str) 
 
 
 async def run_sources(lab: Lab, settings: Settings, opts: BenchOptions, sources: tuple[Source, ...]) -> list[SourceRun]:
-    """Every source ``opts.repeat`` times, source after source."""
+    """Every source ``opts.repeat`` times, source after source (the lab brought up first: Temporal is part of it)."""
     from workers.client import connect
 
+    await asyncio.to_thread(lab.up, log=False)
     ctx = BenchContext(lab=lab, client=await connect(settings.temporal), settings=settings, opts=opts)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     results: list[SourceRun] = []
