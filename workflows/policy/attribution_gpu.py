@@ -15,6 +15,7 @@ from workflows.domain.gpu import GpuEvent, GpuEventKind, GpuHealthFinding, GpuHe
 from workflows.domain.incident import Attribution, Evidence, EvidenceKind, EvidenceSource, FailureClass
 from workflows.policy.attribution_facts import AttributionFacts
 from workflows.policy.gpu_merge import DISAGREE, failed_gpus
+from workflows.policy.node_events import is_actionable
 
 __all__ = ["gpu_attribution", "gpu_faults"]
 
@@ -22,9 +23,32 @@ _MAX_EVIDENCE = 5
 
 
 def gpu_faults(facts: AttributionFacts) -> list[GpuEvent]:
-    """The GPU fault events on the job's nodes (a source going down is no fault of the GPU)."""
+    """The GPU fault events on the job's nodes (a source going down is no fault of the GPU; a kernel-log event that
+    only asks to be watched, a hung task or an NFS server slow to answer, is no fault either: docs/node-events.md)."""
     job_nodes = set(facts.job_nodes)
-    return [e for e in facts.gpu_events if e.host in job_nodes and e.kind is not GpuEventKind.SOURCE_DOWN]
+    return [
+        e
+        for e in facts.gpu_events
+        if e.host in job_nodes and e.kind is not GpuEventKind.SOURCE_DOWN and is_actionable(e)
+    ]
+
+
+def _cause(event: GpuEvent) -> str:
+    """``xid-79``, ``gpu-lost``; from the kernel log ``sxid-24007``, ``fs-readonly``, ``pcie-aer``..."""
+    if event.kind is GpuEventKind.XID and event.xid:
+        return f"xid-{event.xid}"
+    if event.kind is GpuEventKind.SXID and event.sxid is not None:
+        return f"sxid-{event.sxid}"
+    if event.kind is GpuEventKind.NODE and event.node_event is not None:
+        return event.node_event.value.replace("_", "-")
+    return event.kind.value.replace("_", "-")
+
+
+def _explain(event: GpuEvent) -> str:
+    if event.index is None and event.kind in (GpuEventKind.SXID, GpuEventKind.NODE):
+        where = f" ({event.device})" if event.device else ""
+        return f"{_cause(event)} on {event.host}{where}, from its kernel log: {event.detail}"
+    return f"{event.kind.value} on GPU {event.index} of {event.host}" + (f" (XID {event.xid})" if event.xid else "")
 
 
 def _failed(facts: AttributionFacts) -> list[GpuVerdict]:
@@ -49,12 +73,15 @@ def gpu_attribution(facts: AttributionFacts) -> Attribution | None:
 
 def _from_events(events: list[GpuEvent], failed: Sequence[GpuVerdict]) -> Attribution:
     first = events[0]
-    cause = f"xid-{first.xid}" if first.kind is GpuEventKind.XID and first.xid else first.kind.value.replace("_", "-")
+    cause = _cause(first)
     gpus = [f"{e.host}:{e.index}" for e in events if e.index is not None] + [_gpu_id(g) for g in failed]
     evidence = [
         Evidence(
             source=EvidenceSource.GPU,
-            text=(f"[{e.source}] " if e.source else "") + f"{e.kind.value} gpu={e.index} uuid={e.uuid} xid={e.xid}",
+            text=(f"[{e.source}] " if e.source else "")
+            + f"{e.kind.value} gpu={e.index} uuid={e.uuid} xid={e.xid}"
+            + (f" sxid={e.sxid}" if e.sxid is not None else "")
+            + (f": {e.detail}" if e.detail else ""),
             node=e.host,
             at=e.observed_at,
         )
@@ -67,8 +94,7 @@ def _from_events(events: list[GpuEvent], failed: Sequence[GpuVerdict]) -> Attrib
         confidence=0.95,
         implicated_nodes=tuple(dict.fromkeys([*(e.host for e in events), *(g.host for g in failed)])),
         implicated_gpus=tuple(dict.fromkeys(gpus)),
-        explanation=f"{first.kind.value} on GPU {first.index} of {first.host}"
-        + (f" (XID {first.xid})" if first.xid else ""),
+        explanation=_explain(first),
         evidence=tuple(evidence + _verdict_evidence(failed))[: _MAX_EVIDENCE + 3],
         basis=EvidenceKind.GPU_AGENT,
     )

@@ -8,6 +8,8 @@ from activities.gpu.xid_catalog import default_xid_catalog
 from workers.gpu_push import node_level_fault
 from workflows.domain.gpu import GpuAction, GpuEvent, GpuEventKind, GpuHealthReport, GpuHealthStatus, GpuSample
 from workflows.domain.node_events import KernelSeverity, NodeEventKind
+from workflows.policy.attribution_facts import AttributionFacts
+from workflows.policy.attribution_gpu import gpu_attribution
 from workflows.policy.fleet.late_fault import _fault_words
 from workflows.policy.gpu_event_rules import event_findings, is_gpu_fault
 from workflows.policy.gpu_health import verdict_for_report
@@ -71,3 +73,20 @@ def test_the_node_verdict_counts_kernel_events_on_the_node() -> None:
     assert verdict.status is GpuHealthStatus.FAILED and verdict.action is GpuAction.RESET_GPU
     rules = sorted(f.rule for f in verdict.findings)
     assert rules == ["kernel_nfs_not_responding", "sxid"]
+
+
+def test_attribution_names_the_kernel_event_and_ignores_what_is_only_watched() -> None:
+    fatal = _node(
+        NodeEventKind.SXID, KernelSeverity.RESET, sxid=24007, device="nvswitch0", detail="nvidia-nvswitch0: SXid ..."
+    )
+    watched = _node(NodeEventKind.NFS_NOT_RESPONDING, KernelSeverity.WATCH, device="home01")
+    facts = AttributionFacts(job_nodes=("n2", "n3"), rank_nodes={0: "n2"}, gpu_events=(watched, fatal))
+    got = gpu_attribution(facts)
+    assert got is not None and got.cause == "sxid-24007" and got.implicated_nodes == ("n2",)
+    assert "sxid-24007 on n2 (nvswitch0)" in got.explanation and "sxid=24007" in got.evidence[0].text
+    only_watched = AttributionFacts(job_nodes=("n2",), rank_nodes={0: "n2"}, gpu_events=(watched,))
+    assert gpu_attribution(only_watched) is None
+    aer = _node(NodeEventKind.PCIE_AER, KernelSeverity.DRAIN, device="0000:3b:00.0")
+    aer_facts = AttributionFacts(job_nodes=("n2",), rank_nodes={0: "n2"}, gpu_events=(aer,))
+    got_aer = gpu_attribution(aer_facts)
+    assert got_aer is not None and got_aer.cause == "pcie-aer"
