@@ -70,6 +70,10 @@ SCENARIOS: dict[str, Scenario] = {
     "test_three_nodes_failing_at_once_hold_at_the_cap_and_an_approval_after_a_worker_kill_completes": Scenario(
         "breaker-approval", (JOB_RECOVERY_WORKFLOW, FLEET_WORKFLOW)
     ),
+    "test_a_drained_node_whose_check_job_passes_is_resumed": Scenario("node-check-pass", (FLEET_WORKFLOW,)),
+    "test_a_node_whose_ranks_cannot_complete_the_all_reduce_is_held_with_the_job_id": Scenario(
+        "node-check-held", (FLEET_WORKFLOW,)
+    ),
 }
 
 
