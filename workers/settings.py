@@ -28,6 +28,7 @@ from workers.settings_sections import (
     CheckpointSettings,
     GpuSettings,
     LogReadSettings,
+    NodeCheckSettings,
     NotifySettings,
     Section,
     TelemetrySettings,
@@ -407,6 +408,9 @@ class Settings(BaseSettings):
     )
     optin: OptInCaps = Field(default_factory=OptInCaps, description="Ceilings on what a job's comment may ask.")
     logs: LogReadSettings = Field(default_factory=LogReadSettings, description="Bounds on reading a job's logs.")
+    node_check: NodeCheckSettings = Field(
+        default_factory=NodeCheckSettings, description="The node check job's program and output."
+    )
     log_level: str = Field("INFO", description="Python logging level.")
 
     @classmethod

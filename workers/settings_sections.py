@@ -204,7 +204,7 @@ class GpuSettings(Section):
 
 
 class NodeCheckSettings(Section):
-    """The node check job's program and output (ADR 016); its timeout, ranks and reservation are the Fleet's
+    """The node check job's program and output (ADR 018); its timeout, ranks and reservation are the Fleet's
     (``fleet.node_check``)."""
 
     command: tuple[str, ...] = Field(
