@@ -46,7 +46,7 @@ def _run_slurm_scale(args: argparse.Namespace) -> int:
 
 
 def _run_sources(args: argparse.Namespace) -> int:
-    from deploy.bench.sources import run_sources_command
+    from deploy.bench.sources_run import run_sources_command
 
     return run_sources_command(args)
 

@@ -25,15 +25,9 @@ Everything here is pure (the runs are ``deploy.bench.sources_run``), so scoring 
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
 import math
-import sys
-import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 from deploy.bench.scoring import incidents_after, seconds_between
@@ -286,37 +280,3 @@ def format_sources_table(report: dict[str, Any]) -> str:
         cells[5] = row[5].ljust(widths[5])
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
-
-
-# ----- command ----------------------------------------------------------------------------------------------------
-
-
-def run_sources_command(args: argparse.Namespace) -> int:
-    """``rebound bench sources``: run, print the table, write the JSON; exit 1 when a run failed."""
-    from deploy.bench.context import BenchOptions
-    from deploy.bench.sources_run import run_sources
-    from deploy.local.config import LabConfig
-    from deploy.local.demo_cmd import lab_settings
-    from deploy.local.lab import Lab
-
-    try:
-        sources = parse_sources(args.sources)
-        opts = BenchOptions(repeat=args.repeat, run_timeout_s=args.timeout, warmup_steps=args.warmup_steps)
-    except ValueError as e:  # pydantic's ValidationError is one
-        print(f"rebound bench sources: {e}", file=sys.stderr)
-        return 2
-    lab = Lab(LabConfig())
-    started = time.monotonic()
-    runs = asyncio.run(run_sources(lab, lab_settings(lab), opts, sources))
-    report = sources_report(runs, sources)
-    print(format_sources_table(report))
-    for name, s in report["sources"].items():
-        for err in s["errors"]:
-            print(f"{name} {err}")
-    print(f"\n{len(runs)} runs in {time.monotonic() - started:.0f} s")
-    if args.json is not None:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {path}")
-    return 1 if any(r.failed for r in runs) else 0

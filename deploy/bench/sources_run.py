@@ -9,9 +9,11 @@ the job cancelled and what the fault broke repaired. The recovery bench's waits 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import importlib
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -22,7 +24,15 @@ from typing import TYPE_CHECKING
 from deploy.bench.context import BenchContext, BenchError, BenchOptions, say, until
 from deploy.bench.runner import wait_training
 from deploy.bench.scenarios import XID, pick_target
-from deploy.bench.sources import Source, SourceRun, is_detected, score_source_run
+from deploy.bench.sources import (
+    Source,
+    SourceRun,
+    format_sources_table,
+    is_detected,
+    parse_sources,
+    score_source_run,
+    sources_report,
+)
 from workflows.domain.recovery import JobRecoveryStatus
 
 if TYPE_CHECKING:
@@ -220,3 +230,35 @@ async def run_sources(lab: Lab, settings: Settings, opts: BenchOptions, sources:
         for index in range(1, opts.repeat + 1):
             results.append(await run_source(ctx, source, index, stamp))
     return results
+
+
+# ----- command ----------------------------------------------------------------------------------------------------
+
+
+def run_sources_command(args: argparse.Namespace) -> int:
+    """``rebound bench sources``: run, print the table, write the JSON; exit 1 when a run failed."""
+    from deploy.local.config import LabConfig
+    from deploy.local.demo_cmd import lab_settings
+    from deploy.local.lab import Lab
+
+    try:
+        sources = parse_sources(args.sources)
+        opts = BenchOptions(repeat=args.repeat, run_timeout_s=args.timeout, warmup_steps=args.warmup_steps)
+    except ValueError as e:  # pydantic's ValidationError is one
+        print(f"rebound bench sources: {e}", file=sys.stderr)
+        return 2
+    lab = Lab(LabConfig())
+    started = time.monotonic()
+    runs = asyncio.run(run_sources(lab, lab_settings(lab), opts, sources))
+    report = sources_report(runs, sources)
+    print(format_sources_table(report))
+    for name, s in report["sources"].items():
+        for err in s["errors"]:
+            print(f"{name} {err}")
+    print(f"\n{len(runs)} runs in {time.monotonic() - started:.0f} s")
+    if args.json is not None:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {path}")
+    return 1 if any(r.failed for r in runs) else 0
