@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 from temporalio.client import Client, WorkflowQueryFailedError
@@ -30,6 +31,7 @@ from workflows.domain.slurm import JobState, SlurmJob
 from workflows.policy.fleet.late_fault import NODE_LEVEL_ACTIONS
 from workflows.policy.gpu_event_rules import event_findings, is_gpu_fault
 from workflows.policy.node_events import is_actionable
+from workflows.policy.xid_copies import LINE_WAIT, awaits_line, told_better
 
 log = logging.getLogger("rebound.node_agent.gpu_push")
 
@@ -58,29 +60,63 @@ async def push_gpu_events(
     node: str,
     stop: asyncio.Event,
     poll_s: float = 0.1,
+    *,
+    kernel_log_followed: bool = False,
 ) -> None:
-    """Forward new events until ``stop`` is set. Never raises: a failed push is logged and the loop goes on."""
+    """Forward new events until ``stop`` is set. Never raises: a failed push is logged and the loop goes on.
+
+    With ``kernel_log_followed``, an NVLink5 XID from NVML (no Fatal/Nonfatal label) is held up to ``LINE_WAIT``
+    for the driver's labelled line, which the kernel-log follower adds to the same stream: when that copy is there
+    the NVML one is dropped and the line's copy is judged (a Nonfatal link notice interrupts nothing); when not, the
+    NVML event is judged by the catalogue (``workflows/policy/xid_copies.py``)."""
     started = datetime.now(UTC)
     cursor = 0
+    held: list[tuple[GpuEvent, float]] = []  # (event, monotonic deadline)
     while not stop.is_set():
         batch = source.events_after(cursor)
         cursor = batch.next_cursor
+        due: list[GpuEvent] = []
         for event in batch.events:
-            if event.kind is GpuEventKind.SOURCE_DOWN:
-                continue
-            if not is_actionable(event):
-                # A kernel-log event that only asks to be watched (a hung task, a corrected AER): evidence in the
-                # agent's reads, no reason to interrupt a job (workflows/policy/node_events.py).
-                log.info("not pushing %s (%s): informational", event.node_event, event.severity)
-                continue
-            if not worth_pushing(event):
-                continue
-            if event.observed_at is not None and event.observed_at < started + STARTUP_GRACE:
-                log.info("not pushing %s seen at start-up (possibly a replay)", event.kind.value)
-                continue
-            await _push(event, scheduler, client, cluster, node)
+            if awaits_line(event, kernel_log_followed=kernel_log_followed):
+                held.append((event, time.monotonic() + LINE_WAIT.total_seconds()))
+            else:
+                due.append(event)
+        if held:
+            known = source.events_after(0).events
+            now = time.monotonic()
+            for event, deadline in held:
+                if told_better(event, known):
+                    log.info("not pushing NVML's XID %s on GPU %s: its kernel line is judged", event.xid, event.index)
+                elif deadline <= now:
+                    log.info(
+                        "XID %s on GPU %s: no labelled line in %s; judged by the catalogue",
+                        event.xid,
+                        event.index,
+                        LINE_WAIT,
+                    )
+                    due.append(event)
+            held = [(e, d) for e, d in held if d > now and not told_better(e, known)]
+        for event in due:
+            if _should_push(event, started):
+                await _push(event, scheduler, client, cluster, node)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=poll_s)
+
+
+def _should_push(event: GpuEvent, started: datetime) -> bool:
+    if event.kind is GpuEventKind.SOURCE_DOWN:
+        return False
+    if not is_actionable(event):
+        # A kernel-log event that only asks to be watched (a hung task, a corrected AER): evidence in the agent's
+        # reads, no reason to interrupt a job (workflows/policy/node_events.py).
+        log.info("not pushing %s (%s): informational", event.node_event, event.severity)
+        return False
+    if not worth_pushing(event):
+        return False
+    if event.observed_at is not None and event.observed_at < started + STARTUP_GRACE:
+        log.info("not pushing %s seen at start-up (possibly a replay)", event.kind.value)
+        return False
+    return True
 
 
 def worth_pushing(event: GpuEvent) -> bool:

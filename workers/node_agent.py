@@ -146,12 +146,19 @@ async def serve_node(
     gpu = GpuActivities(source)
     procs = ProcsActivities(node, cluster=settings.node_agent.slurm_cluster, py_spy=settings.node_agent.py_spy_path)
     queue = node_task_queue(node)
+    follower = kernel_log_follower(settings, source)
     pusher = asyncio.create_task(
         push_gpu_events(
-            source, build_scheduler(settings.slurm), client, settings.cluster_name, node, stop, poll_s=push_poll_s
+            source,
+            build_scheduler(settings.slurm),
+            client,
+            settings.cluster_name,
+            node,
+            stop,
+            poll_s=push_poll_s,
+            kernel_log_followed=follower is not None,
         )
     )
-    follower = kernel_log_follower(settings, source)
     kernel = (
         asyncio.create_task(follow_kernel_log(follower, stop, poll_s=settings.node_agent.kernel_log_poll_s))
         if follower is not None

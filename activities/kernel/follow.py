@@ -7,8 +7,10 @@ on the node and, for a node-level fault no job heard of, the Fleet; a fresh read
 what the trust rule asks before a claimed event counts (``workflows/policy/gpu_claims.py``). The position is saved
 after each batch is in the stream, so a restarted agent goes on after it (ADR 016).
 
-An XID NVML already reported (same GPU and XID within ``DUPLICATE_WINDOW``) is not added again: on a real node the
-driver reports one fault both ways, and two copies would count as a repeat.
+An XID NVML already reported (same GPU and XID within ``COPY_WINDOW``) is not added again: on a real node the
+driver reports one fault both ways, and two copies would count as a repeat. Unless the line says more than NVML's
+event (an NVLink5 XID's Fatal/Nonfatal label): that copy is added, and the verdicts judge it in place of NVML's
+(``workflows/policy/xid_copies.py``).
 """
 
 from __future__ import annotations
@@ -25,12 +27,11 @@ from activities.kernel.readers import KernelLogReader, PositionStore
 from workflows.domain.errors import ReboundError
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.node_events import KernelRecord, KernelSeverity, NodeEventKind, SxidCatalog
+from workflows.policy.xid_copies import copies_of_one_fault
 
-__all__ = ["DUPLICATE_WINDOW", "KernelLogFollower", "follow_kernel_log"]
+__all__ = ["KernelLogFollower", "follow_kernel_log"]
 
 log = logging.getLogger("rebound.node_agent.kernel_log")
-
-DUPLICATE_WINDOW = timedelta(seconds=10)
 
 
 class KernelLogFollower:
@@ -62,8 +63,10 @@ class KernelLogFollower:
                 continue
             event = self._pin(event)
             if event.kind is GpuEventKind.XID and self._nvml_has(event):
-                log.info("XID %s on GPU %s: NVML reported it already", event.xid, event.index)
-                continue
+                if event.fatal is None and event.recovery_action is None:
+                    log.info("XID %s on GPU %s: NVML reported it already", event.xid, event.index)
+                    continue
+                log.info("XID %s on GPU %s: NVML reported it; its line says more, added", event.xid, event.index)
             added.append(self._source.add_event(event))
             log.warning("kernel log on %s: %s", self._host, event.detail)
         if batch.records or batch.missed:
@@ -98,16 +101,8 @@ class KernelLogFollower:
         return event.model_copy(update={"index": index, "uuid": uuid})
 
     def _nvml_has(self, event: GpuEvent) -> bool:
-        at = event.observed_at or datetime.now(UTC)
-        return any(
-            e.kind is GpuEventKind.XID
-            and e.source != SOURCE
-            and e.xid == event.xid
-            and e.index == event.index
-            and e.observed_at is not None
-            and abs(e.observed_at - at) <= DUPLICATE_WINDOW
-            for e in self._source.events_after(0).events
-        )
+        dated = event if event.observed_at is not None else event.model_copy(update={"observed_at": datetime.now(UTC)})
+        return any(copies_of_one_fault(dated, e) for e in self._source.events_after(0).events)
 
     def close(self) -> None:
         self._reader.close()

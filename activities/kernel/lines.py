@@ -27,11 +27,12 @@ from activities.logs.signature_types import PCI_ID
 from activities.logs.signatures import SIGNATURES
 from workflows.domain.gpu import GpuEvent, GpuEventKind
 from workflows.domain.node_events import KernelRecord, KernelSeverity, NodeEventKind, SxidCatalog
+from workflows.policy.xid_copies import KERNEL_LOG_SOURCE
 from workflows.policy.xid_line import xid_line_facts
 
 __all__ = ["SOURCE", "normalize_pci", "parse_kmsg_record", "parse_line"]
 
-SOURCE = "kernel log"
+SOURCE = KERNEL_LOG_SOURCE
 _DETAIL_MAX = 300
 _S = KernelSeverity
 _K = NodeEventKind

@@ -29,6 +29,7 @@ from workflows.domain.loop import AttributeInput, AttributeResult
 from workflows.domain.slurm import ClusterSnapshot
 from workflows.policy.attribution import AttributionFacts, attribute
 from workflows.policy.gpu_event_rules import is_gpu_fault
+from workflows.policy.xid_copies import one_copy_per_fault
 
 __all__ = ["AttributionActivities", "LogEvidence", "gpu_faults_since"]
 
@@ -121,8 +122,9 @@ class AttributionActivities:
 def gpu_faults_since(events: Sequence[GpuEvent], since: datetime) -> list[GpuEvent]:
     """The GPU events that can explain this failure: seen since ``since`` and faults at all (``is_gpu_fault``). An
     informational XID, an NVLink5 XID the driver labels Nonfatal or XID 154 back to None is evidence of the GPU's
-    history, not of a hardware failure of the job. Without the catalogue every recent event counts (as before)."""
-    recent = [e for e in events if e.observed_at is None or e.observed_at >= since]
+    history, not of a hardware failure of the job. NVML's event and the kernel's line of one XID count once, judged
+    by the copy with the driver's label (``one_copy_per_fault``). Without the catalogue every recent event counts."""
+    recent = list(one_copy_per_fault([e for e in events if e.observed_at is None or e.observed_at >= since]))
     try:
         catalog = default_xid_catalog()
     except ReboundError:

@@ -55,6 +55,7 @@ from workflows.policy.gpu_dcgm_rules import dcgm_sample_findings
 from workflows.policy.gpu_event_rules import event_findings, repeat_findings
 from workflows.policy.gpu_sample_rules import sample_findings
 from workflows.policy.gpu_thresholds import DEFAULT_THRESHOLDS, GpuHealthThresholds, gpu_finding
+from workflows.policy.xid_copies import one_copy_per_fault
 
 __all__ = ["gpu_health_verdict", "verdict_for_report"]
 
@@ -120,7 +121,7 @@ def gpu_health_verdict(
         node_findings.append(
             gpu_finding("source_down", GpuHealthStatus.DEGRADED, GpuAction.WATCH, f"no GPU data: {source_error}")
         )
-    for event in events:
+    for event in one_copy_per_fault(events):  # NVML's event and the kernel's line of one XID judged once
         if event.kind is GpuEventKind.SOURCE_DOWN:
             if not source_error:
                 node_findings.append(

@@ -68,6 +68,18 @@ def test_an_xid_nvml_reported_already_is_not_added_twice(tmp_path: Path) -> None
     assert [(e.index, e.xid) for e in added] == [(1, 79)]
 
 
+def test_a_line_that_labels_an_xid_nvml_reported_is_added(tmp_path: Path) -> None:
+    """NVML's event of an NVLink5 XID has no Fatal/Nonfatal label; the driver's line has one, so its copy is kept
+    and the verdicts judge it in place of NVML's (``workflows/policy/xid_copies.py``)."""
+    source, log, store = _node(tmp_path)
+    source.add_event(
+        GpuEvent(kind=GpuEventKind.XID, host="n3", index=2, xid=149, source="nvml", observed_at=datetime.now(UTC))
+    )
+    append_kernel_line(log, xid_line("n3", 2, 149, "NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00086226)"))
+    added = _follower(source, log, store).poll()
+    assert [(e.index, e.xid, e.fatal) for e in added] == [(2, 149, False)]
+
+
 def test_an_overrun_is_an_event(tmp_path: Path) -> None:
     source, log, store = _node(tmp_path)
 
