@@ -10,7 +10,6 @@ test lab's lock when other people share the host: ``flock /tmp/rebound-lab.lock 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 
 from deploy.bench.chaos_report import RESULTS_ENV, chaos_report, chaos_table, read_rows
+from deploy.bench.context import write_json_report
 
 __all__ = ["SCENARIOS", "pytest_argv", "run_chaos_command"]
 
@@ -73,7 +73,5 @@ def run_chaos_command(args: argparse.Namespace) -> int:
     print(chaos_table(rows))
     report = chaos_report(rows, outage_s=args.outage, exit_code=done.returncode)
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_json_report(args.json, report)
     return 0 if report["passed"] and len(rows) == len(scenarios) else 1

@@ -7,12 +7,13 @@ reads node and job states, queries a job's JobRecovery, and brings the lab back 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -31,7 +32,16 @@ if TYPE_CHECKING:
     from deploy.local.lab import Lab
     from workers.settings import Settings
 
-__all__ = ["INJECTED", "BenchContext", "BenchError", "BenchOptions", "read_lines", "say", "until"]
+__all__ = [
+    "INJECTED",
+    "BenchContext",
+    "BenchError",
+    "BenchOptions",
+    "read_lines",
+    "say",
+    "until",
+    "write_json_report",
+]
 
 #: What each fault of the lab benchmarks (``rebound bench recovery`` scenarios, ``rebound bench launchers``
 #: faults) injects (``rebound lab inject`` kinds): into the target rank (``pick_target``), its node for
@@ -65,6 +75,14 @@ class BenchError(RuntimeError):
 def say(msg: str) -> None:
     """A progress line on stderr (stdout carries the results)."""
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def write_json_report(path: str | Path, report: Any) -> None:
+    """A bench's JSON report, its directory made; says where it went."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 def read_lines(path: Path) -> list[str]:

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from deploy.bench.context import BenchOptions
+from deploy.bench.context import BenchOptions, write_json_report
 from deploy.bench.runner import run_benchmark
 from deploy.bench.scenarios import Scenario, parse_scenarios
 from deploy.bench.scoring import RunResult
@@ -125,8 +123,5 @@ def run_bench_command(args: argparse.Namespace) -> int:
     print(format_table(report))
     print(f"\n{len(runs)} runs in {time.monotonic() - started:.0f} s")
     if args.json is not None:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {path}")
+        write_json_report(args.json, report)
     return 1 if any(r.failed for r in runs) else 0

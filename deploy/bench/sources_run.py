@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import contextlib
 import importlib
-import json
 import sys
 import time
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploy.bench.context import BenchContext, BenchError, BenchOptions, say, until
+from deploy.bench.context import BenchContext, BenchError, BenchOptions, say, until, write_json_report
 from deploy.bench.runner import wait_training
 from deploy.bench.scenarios import XID, pick_target
 from deploy.bench.sources import (
@@ -257,8 +256,5 @@ def run_sources_command(args: argparse.Namespace) -> int:
             print(f"{name} {err}")
     print(f"\n{len(runs)} runs in {time.monotonic() - started:.0f} s")
     if args.json is not None:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {path}")
+        write_json_report(args.json, report)
     return 1 if any(r.failed for r in runs) else 0
