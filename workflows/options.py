@@ -77,15 +77,20 @@ ATTRIBUTE: dict[str, Any] = {
     ),
 }
 
-#: A cluster action (drain, requeue): quick, idempotent, retried briefly while Slurm says "not yet"
-#: (a requeued job still COMPLETING) - the verification inside raises SCHEDULER_BUSY until it sees the result.
+#: A cluster action (drain, requeue, resubmit, resume): quick and idempotent (its key; verified by a fresh read), so
+#: retried while Slurm says "not yet" (a requeued job still COMPLETING: SCHEDULER_BUSY) or does not answer
+#: (SCHEDULER_UNREACHABLE) for as long as an outage of slurmctld may last: giving up after a minute or two failed
+#: the workflow, and with it the Fleet's breaker, approvals and suspicions or the job's recovery. Permanent kinds
+#: (refused credentials, a bad request) still fail at once; ``CLUSTER_ACTION_OUTAGE`` bounds the rest.
+CLUSTER_ACTION_OUTAGE = timedelta(hours=6)
 CLUSTER_ACTION: dict[str, Any] = {
     "start_to_close_timeout": timedelta(seconds=30),
+    "schedule_to_close_timeout": CLUSTER_ACTION_OUTAGE,
     "retry_policy": RetryPolicy(
         initial_interval=timedelta(milliseconds=500),
         backoff_coefficient=1.5,
-        maximum_interval=timedelta(seconds=5),
-        maximum_attempts=20,
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=0,
         non_retryable_error_types=_PERMANENT,
     ),
 }

@@ -1,8 +1,9 @@
 """A rank crash while the scheduler does not answer (the workflow-level twin of ``tests/e2e/test_chaos.py``'s
 slurmctld scenarios): nothing is decided on a guess. The watch needs the scheduler's snapshot with the log lines,
 so the incident is opened only once the scheduler answers again (attribution, the job's state, the Fleet's view
-and the requeue all need it, and their retries are bounded: a recovery that started before the outage would fail
-after them); then it is recovered once, and the JobRecovery never ends meanwhile.
+and the requeue all need it; the reads' retries are bounded, the actions' last through hours of outage:
+``tests/unit/domain/test_cluster_action_retries.py``); then it is recovered once, and the JobRecovery never ends
+meanwhile.
 """
 
 from __future__ import annotations
