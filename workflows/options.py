@@ -81,8 +81,9 @@ ATTRIBUTE: dict[str, Any] = {
 #: retried while Slurm says "not yet" (a requeued job still COMPLETING: SCHEDULER_BUSY) or does not answer
 #: (SCHEDULER_UNREACHABLE) for as long as an outage of slurmctld may last: giving up after a minute or two failed
 #: the workflow, and with it the Fleet's breaker, approvals and suspicions or the job's recovery. Permanent kinds
-#: (refused credentials, a bad request) still fail at once; ``CLUSTER_ACTION_OUTAGE`` bounds the rest.
-CLUSTER_ACTION_OUTAGE = timedelta(hours=6)
+#: (refused credentials, a bad request) still fail at once. ``CLUSTER_ACTION_OUTAGE`` bounds the rest: an hour,
+#: so a "not yet" that never turns into "done" (a verification that cannot match) holds the Fleet no longer.
+CLUSTER_ACTION_OUTAGE = timedelta(hours=1)
 CLUSTER_ACTION: dict[str, Any] = {
     "start_to_close_timeout": timedelta(seconds=30),
     "schedule_to_close_timeout": CLUSTER_ACTION_OUTAGE,
