@@ -26,17 +26,16 @@ Rules of ``observe``:
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import NamedTuple
 
 from pydantic import Field, field_validator
 
 from workflows.domain.base import Frozen, replaced
 from workflows.domain.bounds import MAX_TRACKED_RANKS, PROGRESS_RING, RANKS_NOTE
+from workflows.domain.progress_signal import ProgressSignal
 
 __all__ = [
     "DEFAULT_RING",
@@ -60,31 +59,6 @@ MAX_DURATION_S = 30 * 24 * 3600.0
 # Decimals kept: milliseconds for gaps (what log timestamps resolve), microseconds for logged times; short JSON.
 _GAP_DECIMALS = 3
 _TIME_DECIMALS = 6
-
-
-class ProgressSignal(StrEnum):
-    """A sign that a job trains, besides the per-rank step lines the watch folds into ``ProgressState``.
-
-    A job that prints no step line (Lightning under Slurm without a TTY prints no bar) still shows these; the
-    resume check names the one that decided, and a restarted job that fails again is said to have "failed before
-    it trained" only when none of them showed.
-    """
-
-    STEP_LINE = "step_line"
-    """A training step line of the restarted attempt."""
-    CHECKPOINT = "checkpoint"
-    """A new complete checkpoint in the job's ``ckpt=`` directory, saved after the restart (it trained to save it)."""
-    STACKS = "stacks"
-    """The ranks' stacks sampled by the node agents moved between samples (not all parked in one collective)."""
-    HEARTBEAT = "heartbeat"
-    """A heartbeat file touched after the restart: alive, not proof of a trained step."""
-    CHECKPOINT_LOAD = "checkpoint_load"
-    """The framework's own line saying which checkpoint it loaded: started, not proof of a trained step."""
-
-    @property
-    def proves_training(self) -> bool:
-        """Whether this signal alone means the job trains again (a heartbeat or a load line only says it lives)."""
-        return self in (ProgressSignal.STEP_LINE, ProgressSignal.CHECKPOINT, ProgressSignal.STACKS)
 
 
 def aware(at: datetime) -> datetime:
@@ -226,9 +200,13 @@ class ProgressState(Frozen):
         return RANKS_NOTE.format(tracked=len(self.ranks), seen=seen, cap=MAX_TRACKED_RANKS)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Rank:
-    """A rank being updated: mutable while a batch is applied, frozen again at the end."""
+    """A rank being updated: mutable while a batch is applied, frozen again at the end.
+
+    The rings are not copied in: a batch appends a few values to rings of up to ``ring`` (64) each, so the values
+    appended are kept apart and joined to the old ring once, at ``freeze`` (building three deques of every rank on
+    every poll was the largest part of ``observe`` in a watch hub)."""
 
     base: RankProgress
     node: str
@@ -239,12 +217,12 @@ class _Rank:
     progress_count: int
     step_time_total: int
     compute_time_total: int
-    gaps: deque[float]
-    step_times: deque[float]
-    compute_times: deque[float]
+    gaps: list[float]
+    step_times: list[float]
+    compute_times: list[float]
 
     @classmethod
-    def of(cls, r: RankProgress, ring: int) -> _Rank:
+    def of(cls, r: RankProgress) -> _Rank:
         return cls(
             r,
             r.node,
@@ -255,14 +233,15 @@ class _Rank:
             r.progress_count,
             r.step_time_total,
             r.compute_time_total,
-            deque(r.gaps_s, ring),
-            deque(r.step_times_s, ring),
-            deque(r.compute_times_s, ring),
+            [],
+            [],
+            [],
         )
 
-    def freeze(self) -> RankProgress:
+    def freeze(self, ring: int) -> RankProgress:
+        base = self.base
         return replaced(
-            self.base,
+            base,
             {
                 "node": self.node,
                 "last_step": self.last_step,
@@ -272,9 +251,9 @@ class _Rank:
                 "progress_count": self.progress_count,
                 "step_time_total": self.step_time_total,
                 "compute_time_total": self.compute_time_total,
-                "gaps_s": tuple(self.gaps),
-                "step_times_s": tuple(self.step_times),
-                "compute_times_s": tuple(self.compute_times),
+                "gaps_s": _ring(base.gaps_s, self.gaps, ring),
+                "step_times_s": _ring(base.step_times_s, self.step_times, ring),
+                "compute_times_s": _ring(base.compute_times_s, self.compute_times, ring),
             },
         )
 
@@ -329,7 +308,11 @@ def observe(state: ProgressState, samples: Iterable[ProgressSample | Sample], no
         samples = list(samples)
     if not samples and state.watching_since is not None and all(_within(r, state.ring) for r in state.ranks):
         return state  # nothing to apply: every value would be copied as it is
-    work: dict[int, _Rank] = {r.rank: _Rank.of(r, state.ring) for r in state.ranks}
+    # Only the ranks this batch names are worked on; the others are kept as they are (what ``freeze`` would give
+    # them, unless their rings are longer than ``ring``: then they are cut as before).
+    kept: dict[int, RankProgress] = {r.rank: r for r in state.ranks}
+    work: dict[int, _Rank] = {}
+    tracked = len(kept)
     longest = state.longest_gap_s
     ignored = state.ignored
     # The untracked ranks' lines are folded in plain locals and summarised once: a model copy per line was most of
@@ -338,14 +321,17 @@ def observe(state: ProgressState, samples: Iterable[ProgressSample | Sample], no
     for sample in sorted(samples, key=lambda s: s.at):
         at = min(sample.at, now)
         rank = work.get(sample.rank)
+        if rank is None and sample.rank in kept:
+            rank = work[sample.rank] = _Rank.of(kept[sample.rank])
         if rank is None:
-            if len(work) >= MAX_TRACKED_RANKS:
+            if tracked >= MAX_TRACKED_RANKS:
                 folded += 1
                 highest = max(highest, sample.rank)
                 last_step = sample.step if last_step is None else max(last_step, sample.step)
                 last_at = at  # samples come in time order
                 continue
-            rank = work[sample.rank] = _Rank.of(RankProgress(rank=sample.rank, first_seen=at), state.ring)
+            rank = work[sample.rank] = _Rank.of(RankProgress(rank=sample.rank, first_seen=at))
+            tracked += 1
         gap = rank.apply(sample, at, state.restarted_at)
         if gap is None:
             ignored += 1
@@ -357,13 +343,31 @@ def observe(state: ProgressState, samples: Iterable[ProgressSample | Sample], no
     return replaced(
         state,
         {
-            "ranks": tuple(work[k].freeze() for k in sorted(work)),
+            "ranks": _merged(kept, work, state.ring),
             "watching_since": state.watching_since or now,
             "longest_gap_s": longest,
             "ignored": ignored,
             "untracked": untracked,
         },
     )
+
+
+def _ring(old: tuple[float, ...], new: list[float], ring: int) -> tuple[float, ...]:
+    """The last ``ring`` values of ``old`` then ``new`` (what a ``deque(old, ring)`` holds after ``new`` appended)."""
+    return (old + tuple(new))[-ring:] if new else old[-ring:]
+
+
+def _merged(kept: dict[int, RankProgress], work: dict[int, _Rank], ring: int) -> tuple[RankProgress, ...]:
+    """Every rank, sorted: the ones a batch touched frozen, the others as they were (cut to ``ring`` if longer)."""
+    out = []
+    for k in sorted(kept.keys() | work.keys()):
+        rank = work.get(k)
+        if rank is not None:
+            out.append(rank.freeze(ring))
+        else:
+            r = kept[k]
+            out.append(r if _within(r, ring) else _Rank.of(r).freeze(ring))
+    return tuple(out)
 
 
 def _within(r: RankProgress, ring: int) -> bool:
