@@ -30,16 +30,10 @@ from collections.abc import Sequence
 
 from workflows.domain.base import replaced
 from workflows.domain.progress import ProgressState, RankProgress
-from workflows.domain.straggler import (
-    JobSlowdown,
-    NodeStraggler,
-    RankStraggler,
-    StragglerMetric,
-    StragglerPolicy,
-    StragglerVerdict,
-)
+from workflows.domain.straggler import StragglerMetric, StragglerPolicy, StragglerVerdict
+from workflows.policy.straggler_verdict import JobNumbers, SlowRank, StragglerJudgement
 
-__all__ = ["assess_stragglers", "median", "restart_pays_off"]
+__all__ = ["assess_stragglers", "judge_stragglers", "median", "restart_pays_off"]
 
 #: Scales the median absolute deviation to the standard deviation of normal data.
 MAD_TO_SIGMA = 1.4826
@@ -79,10 +73,6 @@ def restart_pays_off(slowdown: float, remaining_s: float, restart_cost_s: float)
     return slowdown > 1 and remaining_s * (1 - 1 / slowdown) > restart_cost_s
 
 
-def _unchanged(rank: RankProgress, update: dict[str, int]) -> bool:
-    return all(getattr(rank, name) == value for name, value in update.items())
-
-
 def assess_stragglers(state: ProgressState, policy: StragglerPolicy) -> tuple[ProgressState, StragglerVerdict]:
     """Judge every rank against its peers and the job against its baseline (see the module docstring).
 
@@ -96,76 +86,103 @@ def assess_stragglers(state: ProgressState, policy: StragglerPolicy) -> tuple[Pr
     Returns:
         The state with updated streaks and baseline, and the verdict.
     """
+    new_state, judged = judge_stragglers(state, policy)
+    return new_state, judged.verdict()
+
+
+def judge_stragglers(state: ProgressState, policy: StragglerPolicy) -> tuple[ProgressState, StragglerJudgement]:
+    """``assess_stragglers`` with the verdict left to build when asked (``StragglerJudgement.verdict``): the watch
+    needs only whether a rank straggles and where, unless it reports. Same state, same verdict."""
     width = min(policy.window, state.ring)
     metric = _pick_metric(state, policy, width)
     switched = metric.value != state.straggler_metric
     eligible = [r for r in state.ranks if len(_series(r, metric)) >= width]
-    updates: dict[int, dict[str, int]] = {}
-    stragglers: list[RankStraggler] = []
-    suspects: list[RankStraggler] = []
+    slow: list[SlowRank] = []
     peer: float | None = None
-    threshold: float | None = None
+    bar: _Threshold | None = None
+    smoothed: dict[int, float] = {}
     if len(eligible) >= policy.min_ranks:
         smoothed = {r.rank: median(_series(r, metric)[-width:]) for r in eligible}
         peer = median(list(smoothed.values()))
         if peer > 0:
             mad = median([abs(v - peer) for v in smoothed.values()])
-            noise = _smoothed_noise([_series(r, metric) for r in eligible], width)
-            threshold = peer + max(policy.k * MAD_TO_SIGMA * mad, policy.relative_min * peer, policy.k * noise * peer)
-    judged = {r.rank for r in eligible}
+            bar = _Threshold(peer, policy, mad, [_series(r, metric) for r in eligible], width)
+    ranks = []
     for r in state.ranks:
         total = _total(r, metric)
-        if threshold is None or peer is None or r.rank not in judged:
-            updates[r.rank] = {"straggler_streak": 0, "straggler_seen_total": total}
-            continue
-        series = _series(r, metric)
-        new = total if switched else total - r.straggler_seen_total
-        streak = _streak(series, width, threshold, new, 0 if switched else r.straggler_streak)
-        updates[r.rank] = {"straggler_streak": streak, "straggler_seen_total": total}
-        value = median(series[-width:])
-        if value <= threshold:
-            continue
-        found = RankStraggler(
-            rank=r.rank,
-            node=r.node,
-            value_s=value,
-            slowdown=value / peer,
-            streak=streak,
-            evidence=(
-                f"rank {r.rank}{f' ({r.node})' if r.node else ''}: {metric} {value:.3f} s (median of its last "
-                f"{width}) = {value / peer:.2f}x the peer median {peer:.3f} s (threshold {threshold:.3f} s), "
-                f"slow for {streak} consecutive samples"
-            ),
-        )
-        (stragglers if streak >= policy.persistence else suspects).append(found)
-    stragglers.sort(key=lambda s: (-s.slowdown, s.rank))
-    suspects.sort(key=lambda s: (-s.slowdown, s.rank))
+        streak = 0
+        if bar is not None and peer is not None and r.rank in smoothed:
+            new = total if switched else total - r.straggler_seen_total
+            streak = _streak(_series(r, metric), width, bar, new, 0 if switched else r.straggler_streak)
+            value = smoothed[r.rank]  # the median of its last ``width``, as the peers were compared
+            if not bar.holds(value):
+                slow.append(SlowRank(r.rank, r.node, value, value / peer, streak))
+        # A rank whose streak and count did not move is kept as it is (a copy of each rank every poll was a good
+        # part of a watch hub's CPU at thousands of jobs).
+        if r.straggler_streak != streak or r.straggler_seen_total != total:
+            r = replaced(r, {"straggler_streak": streak, "straggler_seen_total": total})
+        ranks.append(r)
+    slow.sort(key=lambda s: (-s.slowdown, s.rank))
     job, baseline, job_streak, job_seen = _job_slowdown(state, policy, min(policy.job_window, state.ring))
-    # A rank whose streak and count did not move is kept as it is (a copy of each rank every poll was a good part
-    # of a watch hub's CPU at thousands of jobs).
-    ranks = tuple(r if _unchanged(r, updates[r.rank]) else replaced(r, updates[r.rank]) for r in state.ranks)
     new_state = replaced(
         state,
         {
-            "ranks": ranks,
+            "ranks": tuple(ranks),
             "straggler_metric": metric.value,
             "baseline_step_s": baseline,
             "job_slow_streak": job_streak,
             "job_seen_total": job_seen,
         },
     )
-    verdict = StragglerVerdict(
-        metric=metric if threshold is not None else None,
-        assessed_ranks=len(eligible),
-        peer_median_s=peer,
-        threshold_s=threshold,
-        stragglers=tuple(stragglers),
-        suspects=tuple(suspects),
-        nodes=_nodes(stragglers, eligible),
+    judged = StragglerJudgement(
+        policy=policy,
+        metric=metric if bar is not None else None,
+        width=width,
+        peer_s=peer,
+        threshold_s=bar.exact if bar is not None else _no_threshold,
+        stragglers=tuple(s for s in slow if s.streak >= policy.persistence),
+        suspects=tuple(s for s in slow if s.streak < policy.persistence),
+        eligible=eligible,
         job=job,
-        summary=_summary(stragglers, suspects, job, len(eligible), policy, metric if threshold is not None else None),
     )
-    return new_state, verdict
+    return new_state, judged
+
+
+def _no_threshold() -> None:
+    return None
+
+
+class _Threshold:
+    """The cross-rank threshold ``peer + max(k * 1.4826 * MAD, relative_min * peer, k * noise * peer)``, its noise
+    term computed only when needed.
+
+    The noise (every eligible rank's ring sorted twice) was most of a judgement's cost, and a healthy job's values
+    all lie below ``peer + max(k * 1.4826 * MAD, relative_min * peer)``, a bound the threshold never goes under (a
+    larger term, rounded, gives a larger or equal sum): a value at or below it is below the threshold too. Only a
+    value above the bound, or a verdict, needs the exact threshold; both get the same float as before.
+    """
+
+    __slots__ = ("_bound", "_exact", "_mad", "_peer", "_policy", "_rings", "_width")
+
+    def __init__(
+        self, peer: float, policy: StragglerPolicy, mad: float, rings: list[tuple[float, ...]], width: int
+    ) -> None:
+        self._peer, self._policy, self._mad, self._rings, self._width = peer, policy, mad, rings, width
+        self._bound = peer + max(policy.k * MAD_TO_SIGMA * mad, policy.relative_min * peer)
+        self._exact: float | None = None
+
+    def exact(self) -> float:
+        if self._exact is None:
+            policy, peer = self._policy, self._peer
+            noise = _smoothed_noise(self._rings, self._width)
+            self._exact = peer + max(
+                policy.k * MAD_TO_SIGMA * self._mad, policy.relative_min * peer, policy.k * noise * peer
+            )
+        return self._exact
+
+    def holds(self, value: float) -> bool:
+        """``value <= threshold``."""
+        return value <= self._bound or value <= self.exact()
 
 
 def _smoothed_noise(rings: Sequence[Sequence[float]], width: int) -> float:
@@ -197,7 +214,7 @@ def _total(r: RankProgress, metric: StragglerMetric) -> int:
     return r.compute_time_total if metric is StragglerMetric.COMPUTE_TIME else r.step_time_total
 
 
-def _streak(series: Sequence[float], width: int, threshold: float, new: int, streak: int) -> int:
+def _streak(series: Sequence[float], width: int, bar: _Threshold, new: int, streak: int) -> int:
     """The streak after ``new`` samples: each judged by the median of the ``width`` samples ending at it."""
     if new <= 0:
         return streak
@@ -205,7 +222,7 @@ def _streak(series: Sequence[float], width: int, threshold: float, new: int, str
     run = 0
     for back in range(judged):  # newest first
         end = len(series) - back
-        if median(series[end - width : end]) <= threshold:
+        if bar.holds(median(series[end - width : end])):
             break
         run += 1
     return streak + new if run == new else run
@@ -213,8 +230,8 @@ def _streak(series: Sequence[float], width: int, threshold: float, new: int, str
 
 def _job_slowdown(
     state: ProgressState, policy: StragglerPolicy, width: int
-) -> tuple[JobSlowdown | None, float | None, int, int]:
-    """The job-level verdict, the new baseline, streak and seen-total (step time only)."""
+) -> tuple[JobNumbers | None, float | None, int, int]:
+    """The job-level figures, the new baseline, streak and seen-total (step time only)."""
     with_times = [r for r in state.ranks if len(r.step_times_s) >= width]
     seen = max((r.step_time_total for r in state.ranks), default=0)
     baseline = state.baseline_step_s
@@ -238,60 +255,16 @@ def _job_slowdown(
     limit = baseline * policy.job_slowdown_min
     new = seen - state.job_seen_total
     streak = state.job_slow_streak
+    latest = job_value(0)  # the newest sample's value: the first one the streak judges, and the current one
     if new > 0:
         run = 0
         for back in range(new):
-            value = job_value(back)
+            value = latest if back == 0 else job_value(back)
             if value is None or value < limit:
                 break
             run += 1
         streak = streak + new if run == new else run
-    current = job_value(0) or 0.0
+    current = latest or 0.0
     slowdown = current / baseline
     slow = slowdown >= policy.job_slowdown_min and streak >= policy.job_persistence
-    evidence = (
-        f"job step time {current:.3f} s (median across ranks of their last {width}) = {slowdown:.2f}x its "
-        f"baseline {baseline:.3f} s; at or above {policy.job_slowdown_min:g}x for {streak} consecutive samples"
-    )
-    job = JobSlowdown(
-        baseline_s=baseline, current_s=current, slowdown=slowdown, streak=streak, slow=slow, evidence=evidence
-    )
-    return job, baseline, streak, seen
-
-
-def _nodes(stragglers: Sequence[RankStraggler], eligible: Sequence[RankProgress]) -> tuple[NodeStraggler, ...]:
-    out: list[NodeStraggler] = []
-    for node in sorted({s.node for s in stragglers if s.node}):
-        mine = [s for s in stragglers if s.node == node]
-        assessed = sum(1 for r in eligible if r.node == node)
-        out.append(
-            NodeStraggler(
-                node=node,
-                ranks=tuple(sorted(s.rank for s in mine)),
-                ranks_assessed=assessed,
-                slowdown=max(s.slowdown for s in mine),
-                whole_node=len(mine) == assessed,
-            )
-        )
-    return tuple(sorted(out, key=lambda n: (-n.slowdown, n.node)))
-
-
-def _summary(
-    stragglers: Sequence[RankStraggler],
-    suspects: Sequence[RankStraggler],
-    job: JobSlowdown | None,
-    assessed: int,
-    policy: StragglerPolicy,
-    metric: StragglerMetric | None,
-) -> str:
-    if metric is None:
-        parts = [f"{assessed} rank(s) with {policy.window} samples: fewer than {policy.min_ranks} to compare"]
-    elif stragglers:
-        parts = [f"straggler(s) by {metric}: " + "; ".join(s.evidence for s in stragglers)]
-    elif suspects:
-        parts = [f"no straggler yet by {metric}; watching rank(s) {', '.join(str(s.rank) for s in suspects)}"]
-    else:
-        parts = [f"no straggler among {assessed} ranks by {metric}"]
-    if job is not None:
-        parts.append(("job slowed down: " if job.slow else "") + job.evidence)
-    return "; ".join(parts)
+    return JobNumbers(baseline, current, slowdown, streak, slow, width), baseline, streak, seen

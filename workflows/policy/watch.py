@@ -43,7 +43,7 @@ from workflows.domain.recovery import StragglerAction
 from workflows.domain.slurm import JobState, SlurmJob
 from workflows.domain.straggler import StragglerPolicy, StragglerVerdict
 from workflows.policy.hang import assess_hang, may_be_hung
-from workflows.policy.straggler import assess_stragglers
+from workflows.policy.straggler import judge_stragglers
 
 __all__ = [
     "ResumeDecision",
@@ -148,9 +148,10 @@ def decide_poll(facts: WatchFacts) -> WatchDecision:
             anomaly = build_anomaly(AnomalyKind.HANG, now, job=job, verdict=silent)
             return _anomaly(anomaly, progress=progress, hang=silent)
         if facts.straggler_action is not StragglerAction.OFF and not facts.progress_unchanged:
-            progress, slow = assess_stragglers(progress, facts.stragglers)
-            new_nodes = {n.node for n in slow.nodes} - set(facts.reported_straggler_nodes)
-            if slow.flagged and new_nodes:
+            # Judged every poll with new samples (the streaks count them); the verdict is built only to report.
+            progress, judged = judge_stragglers(progress, facts.stragglers)
+            if judged.flagged and judged.node_names - set(facts.reported_straggler_nodes):
+                slow = judged.verdict()
                 anomaly = build_anomaly(AnomalyKind.STRAGGLER, now, job=job, verdict=slow)
                 return _anomaly(anomaly, progress=progress, stragglers=slow)
         if facts.sample_due and not _heard(progress):
