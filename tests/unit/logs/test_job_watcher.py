@@ -68,13 +68,13 @@ async def test_a_poll_with_nothing_new_does_not_judge_stragglers_again(
     step line is, and every line still counts once."""
 
     calls: list[tuple[Any, ...]] = []
-    real = straggler_policy.assess_stragglers
+    real = straggler_policy.judge_stragglers
 
     def counted(*args: Any) -> Any:
         calls.append(args)
         return real(*args)
 
-    monkeypatch.setattr(watch_policy, "assess_stragglers", counted)
+    monkeypatch.setattr(watch_policy, "judge_stragglers", counted)
     sched = FakeScheduler()
     job = sched.submit(2)
     log = tmp_path / f"job-{job.job_id}-rank-0.log"
