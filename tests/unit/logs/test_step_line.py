@@ -4,8 +4,6 @@ and the readings with them equal the readings that run every regex."""
 from __future__ import annotations
 
 import re
-import warnings
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -22,67 +20,25 @@ from activities.logs.progress_rules import (
     StepTimeRule,
 )
 from activities.logs.step_line import StepFields, count, line_body, not_progress, parse_step_times, step_fields
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import sre_constants as sre_c
-    import sre_parse
-
-
-def _char(op: Any, av: Any, fold: bool) -> str | None:
-    """The one character an item matches (``fold``: any case, lower-cased), else None: ``a``, ``[Aa]``."""
-    if op is sre_c.LITERAL:
-        return chr(av).lower() if fold else chr(av)
-    if fold and op is sre_c.IN and av and all(o is sre_c.LITERAL for o, _ in av):
-        letters = {chr(a).lower() for _, a in av}
-        return letters.pop() if len(letters) == 1 else None
-    return None
-
-
-def _covered(items: list[Any], needs: tuple[str, ...], fold: bool, run: str = "") -> bool:
-    """Does every match of this parsed sequence contain one of ``needs``? (As in ``test_signatures``: a run of
-    literal characters must appear; groups are inlined, branches each followed by the rest; anything else ends the
-    run, which can only make the answer "no", never a wrong "yes".)"""
-    for i, (op, av) in enumerate(items):
-        ch = _char(op, av, fold)
-        if ch is not None:
-            run += ch
-            if any(n in run for n in needs):
-                return True
-            continue
-        rest = items[i + 1 :]
-        if op is sre_c.BRANCH:
-            return all(_covered(list(b.data) + rest, needs, fold, run) for b in av[1])
-        if op is sre_c.SUBPATTERN:
-            return _covered(list(av[-1].data) + rest, needs, fold, run)
-        if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and av[0] >= 1 and _covered(list(av[2].data), needs, fold):
-            return True
-        run = ""
-    return False
-
-
-def _proved(pattern: re.Pattern[str], needs: tuple[str, ...]) -> bool:
-    fold = bool(pattern.flags & re.IGNORECASE)
-    assert needs and all(n and (n == n.lower() or not fold) for n in needs)
-    return _covered(list(sre_parse.parse(pattern.pattern, pattern.flags).data), needs, fold)
+from tests.unit.logs.regex_proof import proved
 
 
 @pytest.mark.parametrize("rule", STEP_RULES, ids=lambda r: r.name)
 def test_step_rule_needs_are_sound(rule: StepRule) -> None:
     assert rule.pattern.flags & re.IGNORECASE and rule.needs.isascii()
-    assert _proved(rule.pattern, (rule.needs,)), rule.name
+    assert proved(rule.pattern, (rule.needs,)), rule.name
 
 
 @pytest.mark.parametrize("rule", STEP_TIME_RULES, ids=lambda r: r.name)
 def test_step_time_rule_needs_are_sound(rule: StepTimeRule) -> None:
     assert not rule.pattern.flags & re.IGNORECASE  # tested as written, not lower-cased
-    assert _proved(rule.pattern, rule.needs), rule.name
+    assert proved(rule.pattern, rule.needs), rule.name
 
 
 def test_not_progress_words_and_epoch_are_sound() -> None:
     for pattern in NOT_PROGRESS:
-        assert pattern.flags & re.IGNORECASE and _proved(pattern, NOT_PROGRESS_WORDS), pattern.pattern
-    assert EPOCH.flags & re.IGNORECASE and _proved(EPOCH, ("epoch",))
+        assert pattern.flags & re.IGNORECASE and proved(pattern, NOT_PROGRESS_WORDS), pattern.pattern
+    assert EPOCH.flags & re.IGNORECASE and proved(EPOCH, ("epoch",))
 
 
 def _reference(body: str) -> StepFields | None:

@@ -1,0 +1,55 @@
+"""A proof, from a regex's own parse tree, that every match contains one of some texts: what lets the log readers
+test a cheap substring before running the regex (``activities.logs.step_line``'s ``needs``, the benign-chatter
+regex's ``BENIGN_NEEDS``). A "no" may be a missed proof, a "yes" is never wrong."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any
+
+__all__ = ["proved"]
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import sre_constants as sre_c
+    import sre_parse
+
+
+def _char(op: Any, av: Any, fold: bool) -> str | None:
+    """The one character an item matches (``fold``: any case, lower-cased), else None: ``a``, ``[Aa]``."""
+    if op is sre_c.LITERAL:
+        return chr(av).lower() if fold else chr(av)
+    if fold and op is sre_c.IN and av and all(o is sre_c.LITERAL for o, _ in av):
+        letters = {chr(a).lower() for _, a in av}
+        return letters.pop() if len(letters) == 1 else None
+    return None
+
+
+def _covered(items: list[Any], needs: tuple[str, ...], fold: bool, run: str = "") -> bool:
+    """Does every match of this parsed sequence contain one of ``needs``? (As in ``test_signatures``: a run of
+    literal characters must appear; groups are inlined, branches each followed by the rest; anything else ends the
+    run, which can only make the answer "no", never a wrong "yes".)"""
+    for i, (op, av) in enumerate(items):
+        ch = _char(op, av, fold)
+        if ch is not None:
+            run += ch
+            if any(n in run for n in needs):
+                return True
+            continue
+        rest = items[i + 1 :]
+        if op is sre_c.BRANCH:
+            return all(_covered(list(b.data) + rest, needs, fold, run) for b in av[1])
+        if op is sre_c.SUBPATTERN:
+            return _covered(list(av[-1].data) + rest, needs, fold, run)
+        if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and av[0] >= 1 and _covered(list(av[2].data), needs, fold):
+            return True
+        run = ""
+    return False
+
+
+def proved(pattern: re.Pattern[str], needs: tuple[str, ...]) -> bool:
+    """Whether every match of ``pattern`` contains one of ``needs`` (lower-case for an IGNORECASE pattern)."""
+    fold = bool(pattern.flags & re.IGNORECASE)
+    assert needs and all(n and (n == n.lower() or not fold) for n in needs)
+    return _covered(list(sre_parse.parse(pattern.pattern, pattern.flags).data), needs, fold)
