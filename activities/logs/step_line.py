@@ -12,6 +12,7 @@ sign); a line with other characters runs every regex. Each rule's ``needs`` is p
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import NamedTuple
@@ -25,6 +26,7 @@ from activities.logs.progress_rules import (
     STEP_RULES,
     STEP_TIME_RULES,
     StepRule,
+    StepTimeRule,
 )
 from activities.logs.terminal import strip_terminal_codes
 
@@ -123,11 +125,15 @@ def parse_step_times(step_rule: str, body: str) -> StepTimes:
         (``?it/s`` and ``0it/s`` give none).
     """
     found: dict[str, float] = {}
-    for rule in STEP_TIME_RULES:
-        if rule.field in found or (rule.step_rules and step_rule not in rule.step_rules):
+    for rule in _time_rules_for(step_rule):
+        if rule.field in found:
             continue
-        if rule.needs and not any(text in body for text in rule.needs):
-            continue  # it cannot match (``StepTimeRule.needs``)
+        if rule.needs:
+            for text in rule.needs:
+                if text in body:
+                    break
+            else:
+                continue  # it cannot match (``StepTimeRule.needs``)
         m = rule.pattern.search(body)
         if m is None:
             continue
@@ -135,6 +141,13 @@ def parse_step_times(step_rule: str, body: str) -> StepTimes:
         if seconds is not None:
             found[rule.field] = seconds
     return StepTimes(found.get("step_time_s"), found.get("compute_time_s"))
+
+
+@functools.lru_cache(maxsize=64)
+def _time_rules_for(step_rule: str) -> tuple[StepTimeRule, ...]:
+    """The ``STEP_TIME_RULES`` that read the lines of the step rule named ``step_rule``, in order (the step rules are
+    a handful: each poll's lines no longer test every time rule's ``step_rules``)."""
+    return tuple(rule for rule in STEP_TIME_RULES if not rule.step_rules or step_rule in rule.step_rules)
 
 
 def count(digits: str | None) -> int | None:
