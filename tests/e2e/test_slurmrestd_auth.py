@@ -94,10 +94,14 @@ async def test_scontrol_tokens_are_renewed_and_keep_working(lab: Any, cli: Slurm
 
 async def test_a_rotated_token_file_is_picked_up(lab: Any, cli: SlurmCliScheduler, tmp_path: Path) -> None:
     path = tmp_path / "slurmrestd.jwt"
-    path.write_text(f"SLURM_JWT={lab.lab.slurm.token(lifespan_s=1)}\n")
+    # A lifespan long enough for the first read on a loaded machine (1 s expired before it once), then a wait
+    # until it has surely expired, counted from once the token exists (its expiry is at most that plus lifespan).
+    lifespan_s = 5
+    path.write_text(f"SLURM_JWT={lab.lab.slurm.token(lifespan_s=lifespan_s)}\n")
+    made = time.monotonic()
     rest = _scheduler(lab, TokenFile(path), cli)
     await rest.list_nodes()
-    await asyncio.sleep(2.5)
+    await asyncio.sleep(max(0.0, made + lifespan_s + 1.5 - time.monotonic()))
     assert (await _error(rest)).kind is FailureKind.SCHEDULER_AUTH  # the writer stopped: says which file
     fresh = tmp_path / "new"
     fresh.write_text(f"SLURM_JWT={lab.lab.slurm.token(lifespan_s=600)}\n")
