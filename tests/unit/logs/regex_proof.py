@@ -48,8 +48,10 @@ def _covered(items: list[Any], needs: tuple[str, ...], fold: bool, run: str = ""
     return False
 
 
-def proved(pattern: re.Pattern[str], needs: tuple[str, ...]) -> bool:
-    """Whether every match of ``pattern`` contains one of ``needs`` (lower-case for an IGNORECASE pattern)."""
-    fold = bool(pattern.flags & re.IGNORECASE)
+def proved(pattern: re.Pattern[str], needs: tuple[str, ...], *, fold: bool | None = None) -> bool:
+    """Whether every match of ``pattern`` contains one of ``needs``, compared in lower case where ``fold`` (by
+    default: for an IGNORECASE pattern; the signature hints are searched in the lower-cased line whatever the
+    row's flags, so they pass ``fold=True``)."""
+    fold = bool(pattern.flags & re.IGNORECASE) if fold is None else fold
     assert needs and all(n and (n == n.lower() or not fold) for n in needs)
     return _covered(list(sre_parse.parse(pattern.pattern, pattern.flags).data), needs, fold)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import re
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +13,11 @@ import pytest
 from activities.logs.signature_fields import extract
 from activities.logs.signature_types import CATEGORIES, Category, Role, Signature
 from activities.logs.signatures import SIGNATURES, _hints_in, match, prepare
+from tests.unit.logs.regex_proof import proved
 from workflows.domain.findings import FindingKind
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import sre_constants as sre_c
-    import sre_parse
 
 C = Category
 
@@ -848,47 +844,11 @@ def test_an_exception_whose_message_starts_on_the_next_line_is_only_a_catch_all(
 # ----- hints: proved from each row's own regex -------------------------------------------------------------------
 
 
-def _char(op: Any, av: Any) -> str | None:
-    """The one letter (any case) an item matches, else None: ``a``, ``[Aa]``."""
-    if op is sre_c.LITERAL:
-        return chr(av).lower()
-    if op is sre_c.IN and av and all(o is sre_c.LITERAL for o, _ in av):
-        letters = {chr(a).lower() for _, a in av}
-        return letters.pop() if len(letters) == 1 else None
-    return None
-
-
-def _covered(items: list[Any], hints: tuple[str, ...], run: str = "") -> bool:
-    """Does every match of this sequence contain one of ``hints`` (lower-cased)?
-
-    Walks the parsed regex: consecutive letters form a run that must appear; a group is inlined; each branch of an
-    alternation is followed by the rest of the sequence. Anything else (a class, a repeat, an assertion) ends the
-    run, which can only make the answer "no", never a wrong "yes".
-    """
-    for i, (op, av) in enumerate(items):
-        ch = _char(op, av)
-        if ch is not None:
-            run += ch
-            if any(h in run for h in hints):
-                return True
-            continue
-        rest = items[i + 1 :]
-        if op is sre_c.BRANCH:
-            return all(_covered(list(b.data) + rest, hints, run) for b in av[1])
-        if op is sre_c.SUBPATTERN:
-            return _covered(list(av[-1].data) + rest, hints, run)
-        if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and av[0] >= 1 and _covered(list(av[2].data), hints):
-            return True
-        run = ""
-    return False
-
-
 @pytest.mark.parametrize("sig", [s for s in SIGNATURES if s.hints], ids=lambda s: s.id)
 def test_hints_are_sound(sig: Signature) -> None:
     """Every string the row's regex can match contains one of its hints, so skipping a line without one is safe."""
     assert all(h == h.lower() and h for h in sig.hints)
-    parsed = sre_parse.parse(sig.pattern.pattern, sig.pattern.flags)
-    assert _covered(list(parsed.data), sig.hints), sig.id
+    assert proved(sig.pattern, sig.hints, fold=True), sig.id
 
 
 def test_hints_found_in_one_pass_are_those_a_substring_test_finds() -> None:
