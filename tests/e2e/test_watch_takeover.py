@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from temporalio.client import Client
 
 from deploy.demo.inject import inject
 from deploy.local.processes import is_alive, kill_and_wait, spawn
@@ -26,6 +27,7 @@ from tests.e2e.recovery_support import (
     stop_worker,
 )
 from tests.lab_support import LabHandle, lab_rebound_settings
+from workflows.constants import watch_shard_workflow_id
 from workflows.domain.watch_routing import shard_of
 
 pytestmark = pytest.mark.slow
@@ -80,6 +82,28 @@ def _size(lab: LabHandle, name: str) -> int:
     return path.stat().st_size if path.exists() else 0
 
 
+async def _heartbeated_members(client: Client, cluster: str, shard: int) -> int:
+    """How many members the shard's last heartbeat that reached the server carries (0: none yet)."""
+    desc = await client.get_workflow_handle(watch_shard_workflow_id(cluster, shard)).describe()
+    for pa in desc.raw_description.pending_activities:
+        if pa.activity_type.name != "watch_shard" or not pa.HasField("heartbeat_details"):
+            continue
+        details = client.data_converter.payload_converter.from_payloads(pa.heartbeat_details.payloads)
+        if details and isinstance(details[-1], dict):
+            return int(details[-1].get("members", 0))
+    return 0
+
+
+async def _wait_heartbeated_members(client: Client, cluster: str, shard: int, *, timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    for _ in range(int(timeout_s) + 1):
+        members = await _heartbeated_members(client, cluster, shard)
+        if members >= 1 or time.monotonic() >= deadline:
+            return members
+        await asyncio.sleep(1)
+    return 0
+
+
 def _last_start(lab: LabHandle, name: str, since: int, shard: int) -> int:
     """Where in ``name``'s log (from ``since``) the shard's activity last started; -1: not there."""
     text = _log_since(lab, name, since)
@@ -92,12 +116,13 @@ async def test_a_killed_workers_shard_is_taken_over_and_its_jobs_crash_recovered
     shards = lab_rebound_settings(lab).watch.shards
     async with monitored_demo(lab, "takeover") as (job, rec):
         shard = shard_of(job.job_id, shards)
-        # A new member is durable once the shard's heartbeat carrying it was sent: details are rebuilt within 5 s of
-        # a change, the SDK sends a heartbeat every 24 s (0.8 x 30 s). Before that a takeover loses it until the
-        # job's first renewal (60 s): not what this test measures.
-        st0 = await rec.wait_timeline("WATCHED", timeout_s=30)
-        watched_at = next(e.at for e in st0.timeline if e.event == "WATCHED")
-        await asyncio.sleep(max(0.0, 35 - (time.time() - watched_at.timestamp())))
+        # A new member is durable once the shard's heartbeat carrying it reached the server: details are rebuilt
+        # within 5 s of a change, the SDK sends a heartbeat every 24 s (0.8 x 30 s), later on a loaded machine.
+        # Before that a takeover loses it until the job's first renewal (60 s): not what this test measures, so
+        # the test waits for the server to hold that heartbeat rather than for a fixed time.
+        await rec.wait_timeline("WATCHED", timeout_s=30)
+        members = await _wait_heartbeated_members(rec.client, lab.cfg.cluster_name, shard, timeout_s=90)
+        assert members >= 1, "the shard never heartbeated its new member"
         # Who runs the job's shard: the second worker if its log says it started it, else the lab's worker (which
         # held every shard before the second one existed).
         holder = SECOND if _last_start(lab, SECOND, workers.marks[SECOND], shard) >= 0 else "worker"
