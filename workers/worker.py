@@ -20,6 +20,7 @@ from workers.audit_schedule import build_audit_activities, start_audit_schedule
 from workers.client import connect
 from workers.discovery import build_discovery_activities, start_cluster_watch
 from workers.fleet import build_fleet_activities, start_fleet
+from workers.gc_tuning import tune_gc
 from workers.lifecycle import stop_on_signals
 from workers.log_policy import build_log_policy
 from workers.settings import Settings
@@ -122,6 +123,7 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
     shards = build_watch_shards(client, snapshots, logs, shared_feed=scheduler if shared else None)
     feed = build_scheduler_feed(client, snapshots, task_queue=settings.temporal.task_queue) if shared else None
     others = watch_workers(client, settings, shards, watch, feed)
+    tune_gc()  # everything above lives as long as the process (workers.gc_tuning)
     log.info("worker polling %s on %s", settings.temporal.task_queue, settings.temporal.address)
     async with contextlib.AsyncExitStack() as workers:
         for w in (worker, *others):

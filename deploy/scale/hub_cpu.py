@@ -9,6 +9,7 @@ are paced at ``--interval`` (1 s) where they take less, so the every-few-seconds
 production. Per N it reports the hubs' CPU per job per poll (``time.process_time`` around the polls only: the
 writing is not counted) after ``--warmup`` polls (64 or more fill each rank's timing rings, as a job running for
 minutes has them), the cores that makes at one poll per interval, and the top of a cProfile of the polls.
+The garbage collector is set as the worker sets it (``--gc default``: CPython's own settings).
 Every poll must find no result: a healthy job never returns (a finding would be a false incident).
 """
 
@@ -30,6 +31,7 @@ from activities.logs.job_logs import LogPolicy
 from activities.logs.watch_hub import ShardHub
 from deploy.scale.cluster import opt_in_comment
 from deploy.scale.logwriter import rank_file, step_line
+from workers.gc_tuning import tune_gc
 from workflows.domain.loop import JobWatchInput
 from workflows.domain.slurm import ClusterSnapshot, JobState, NodeBaseState, SlurmJob, SlurmNode
 from workflows.domain.watch_hub import WatchSubscription
@@ -156,7 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=Path("/dev/shm/rebound-hub-cpu"))
     parser.add_argument("--json", type=Path, default=None, help="write the runs here")
     parser.add_argument("--profile", action="store_true", help="print each run's cProfile top list")
+    parser.add_argument(
+        "--gc",
+        choices=("worker", "default"),
+        default="worker",
+        help="the worker's garbage-collector settings (workers.gc_tuning), or CPython's defaults",
+    )
     args = parser.parse_args(argv)
+    if args.gc == "worker":
+        tune_gc()
     runs = []
     print(
         f"{'jobs':>6} {'ranks':>5} {'polls':>5} {'ms CPU/job/poll':>16} {'cores @1/interval':>18} {'results':>7} "
