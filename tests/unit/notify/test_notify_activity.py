@@ -131,7 +131,7 @@ async def test_4xx_is_permanent_and_not_retried(status: int) -> None:
 
 
 async def test_slow_server_times_out_per_request() -> None:
-    with webhook_server(Answer(200, delay_s=1.5)) as server:
+    with webhook_server(Answer(200, delay_s=3.0)) as server:
         started = time.monotonic()
         with pytest.raises(ApplicationError) as err:
             await _run(_acts(server.url(), timeout_s=0.3, max_attempts=2, backoff_s=0.05), _incident())
@@ -139,7 +139,9 @@ async def test_slow_server_times_out_per_request() -> None:
     assert len(server.received) == 2
     assert err.value.type == "WEBHOOK_UNAVAILABLE"
     assert "no answer within 0.3 s" in str(err.value)
-    assert 0.6 <= elapsed < 1.4, elapsed  # two 0.3 s tries plus a 0.05 s pause, never the server's 1.5 s
+    # Two 0.3 s tries plus a 0.05 s pause (0.65 s); a try that waited for the server would alone take 3 s. The
+    # margin between is for a loaded CI machine.
+    assert 0.6 <= elapsed < 2.5, elapsed
 
 
 async def test_connection_refused_is_transient() -> None:
@@ -155,7 +157,7 @@ async def test_disabled_without_url_returns_at_once() -> None:
     started = time.monotonic()
     result = await _run(_acts(None), _incident())
     assert result.status is NotifyStatus.DISABLED and result.attempts == 0
-    assert time.monotonic() - started < 0.1
+    assert time.monotonic() - started < 1.0  # no request is made, so nothing to wait for
 
 
 async def test_kinds_filter_and_duplicate_keys_send_nothing() -> None:
