@@ -118,6 +118,9 @@ NODE_AGENT_QUICK_READ: dict[str, Any] = {
 DCGM_READ: dict[str, Any] = {
     "schedule_to_start_timeout": timedelta(seconds=10),
     "start_to_close_timeout": timedelta(seconds=130),
+    # It heartbeats while it reads: a worker killed mid-read (right after a detection) delays the attribution by
+    # ~10 s, not by the 130 s bound (seen in a clean-clone CI run).
+    "heartbeat_timeout": timedelta(seconds=10),
     "retry_policy": RetryPolicy(maximum_attempts=2, non_retryable_error_types=_PERMANENT),
 }
 
@@ -172,6 +175,7 @@ TEMPORAL_START: dict[str, Any] = {
 #: ``checkpoint_quarantine``): stat calls and small reads, bounded; both are idempotent, so a retry is safe.
 CHECKPOINT_IO: dict[str, Any] = {
     "start_to_close_timeout": timedelta(minutes=5),
+    "heartbeat_timeout": timedelta(seconds=30),  # heartbeated while it works: a dead worker costs 30 s, not 5 min
     "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=2),
         backoff_coefficient=2.0,

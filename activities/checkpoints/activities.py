@@ -22,6 +22,7 @@ from temporalio import activity
 
 from activities.checkpoints.quarantine import quarantine_partial_newest
 from activities.checkpoints.scan import scan_checkpoints
+from activities.heartbeating import heartbeating
 from activities.logs.access import LogAccess
 from activities.logs.job_logs import LogPolicy
 from workflows.domain.checkpoints import (
@@ -77,7 +78,8 @@ class CheckpointActivities:
     @activity.defn(name="checkpoint_scan")
     async def checkpoint_scan(self, inp: CheckpointScanInput) -> CheckpointReport:
         """Discover and check every checkpoint in ``inp.dir``; the newest valid one, the incomplete ones."""
-        return await asyncio.to_thread(self.scan, Path(inp.dir), inp.expected_owner_uid)
+        async with heartbeating():  # a slow file system keeps the scan alive; a dead worker is retried in seconds
+            return await asyncio.to_thread(self.scan, Path(inp.dir), inp.expected_owner_uid)
 
     @activity.defn(name="checkpoint_quarantine")
     async def checkpoint_quarantine(self, inp: CheckpointQuarantineInput) -> CheckpointQuarantineResult:
@@ -95,6 +97,7 @@ class CheckpointActivities:
         if refused is not None:
             activity.logger.warning("checkpoint directory %s not touched: %s", inp.dir, refused)
             return CheckpointQuarantineResult(action=QuarantineAction.REFUSED, reason=f"not touched: {refused}")
-        result = await asyncio.to_thread(quarantine_partial_newest, Path(inp.dir), inp.expected_owner_uid)
+        async with heartbeating():
+            result = await asyncio.to_thread(quarantine_partial_newest, Path(inp.dir), inp.expected_owner_uid)
         activity.logger.info("checkpoint quarantine in %s: %s (%s)", inp.dir, result.action.value, result.reason)
         return result

@@ -23,6 +23,7 @@ from temporalio import activity
 from activities.errors import classified_errors
 from activities.gpu.dcgm import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, SOURCE_NAME, DcgmExporterSource
 from activities.gpu.xid_catalog import default_xid_catalog
+from activities.heartbeating import heartbeating
 from workflows.domain.errors import FailureKind, ReboundError
 from workflows.domain.gpu import (
     DcgmScrapeNodeInput,
@@ -204,7 +205,8 @@ class DcgmActivities:
         """
         with classified_errors():
             targets = self._targets()
-            reads = await asyncio.gather(*(self.read_node(node, targets.url_for(node)) for node in params.nodes))
+            async with heartbeating():  # a worker dying mid-read is retried in seconds (DCGM_READ's heartbeat)
+                reads = await asyncio.gather(*(self.read_node(node, targets.url_for(node)) for node in params.nodes))
         nvml = {r.host: r for r in params.nvml}
         return DcgmReadResult(nodes=tuple(self._merged(read, nvml.get(read.node)) for read in reads))
 

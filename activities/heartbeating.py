@@ -1,0 +1,35 @@
+"""Heartbeats for an activity whose work is one long await (a scrape, a scan in a thread): a worker that dies in
+the middle is noticed within the activity's heartbeat timeout, and the work retried on another worker, instead of
+after its start-to-close bound (seconds, not minutes)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from temporalio import activity
+
+__all__ = ["HEARTBEAT_EVERY_S", "heartbeating"]
+
+#: Well inside the shortest heartbeat timeout given to such activities (10 s, ``workflows.options``).
+HEARTBEAT_EVERY_S = 2.0
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(every_s: float = HEARTBEAT_EVERY_S) -> AsyncIterator[None]:
+    """Heartbeat at once and then every ``every_s`` while the block runs (the event loop must stay free: run
+    blocking work in a thread)."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(every_s)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
