@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 from temporalio import activity
 
@@ -17,13 +18,16 @@ HEARTBEAT_EVERY_S = 2.0
 
 
 @contextlib.asynccontextmanager
-async def heartbeating(every_s: float = HEARTBEAT_EVERY_S) -> AsyncIterator[None]:
+async def heartbeating(
+    every_s: float = HEARTBEAT_EVERY_S, details: Callable[[], Sequence[Any]] | None = None
+) -> AsyncIterator[None]:
     """Heartbeat at once and then every ``every_s`` while the block runs (the event loop must stay free: run
-    blocking work in a thread)."""
+    blocking work in a thread). ``details``, when given, is called at each beat for the heartbeat's details (a
+    progress count an operator sees in the UI's pending activity)."""
 
     async def beat() -> None:
         while True:
-            activity.heartbeat()
+            activity.heartbeat(*(details() if details is not None else ()))
             await asyncio.sleep(every_s)
 
     task = asyncio.create_task(beat())

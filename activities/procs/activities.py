@@ -14,15 +14,14 @@ any rank whose pausing read failed or timed out while the rank is still alive).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio import activity
 
+from activities.heartbeating import heartbeating
 from activities.procs.proc import (
     JobProcess,
     boot_time,
@@ -145,13 +144,9 @@ class ProcsActivities:
             activity.heartbeat(done, total)
             return stack
 
-        beat = asyncio.create_task(_heartbeat(lambda: (done, total)))
-        try:
+        # A slow rank must not look dead: ``(done, total)`` heartbeats while the dumps run.
+        async with heartbeating(HEARTBEAT_EVERY_S, details=lambda: (done, total)):
             dumped = await asyncio.gather(*(one(p) for p in listing.processes))
-        finally:
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
         return StackDumpResult(node=self._node, stacks=tuple(dumped), tool=tool, elapsed_s=time.monotonic() - started)
 
     def _list(self, job_id: int) -> NodeProcessesResult:
@@ -269,10 +264,3 @@ def _failure(run: DumpRun, timeout_s: float) -> str:
     if run.returncode != 0 or not run.stdout.strip():
         return error_summary(run.stderr or run.stdout)
     return ""
-
-
-async def _heartbeat(progress: Callable[[], tuple[int, int]]) -> None:
-    """Heartbeat ``(done, total)`` every ``HEARTBEAT_EVERY_S`` until cancelled: a slow rank must not look dead."""
-    while True:
-        activity.heartbeat(*progress())
-        await asyncio.sleep(HEARTBEAT_EVERY_S)
