@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 from temporalio import activity
 
-__all__ = ["HEARTBEAT_EVERY_S", "heartbeating"]
+__all__ = ["HEARTBEAT_EVERY_S", "heartbeating", "heartbeating_throughout"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 #: Well inside the shortest heartbeat timeout given to such activities (10 s, ``workflows.options``).
 HEARTBEAT_EVERY_S = 2.0
@@ -37,3 +41,16 @@ async def heartbeating(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def heartbeating_throughout(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+    """An activity method that heartbeats from its start to its end (``heartbeating`` around the whole call): for
+    short actions on the cluster whose retry after a worker's death should wait seconds (their heartbeat timeout),
+    not their start-to-close bound. Put it under ``@activity.defn``."""
+
+    @functools.wraps(fn)
+    async def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        async with heartbeating():
+            return await fn(*args, **kwargs)
+
+    return run

@@ -86,6 +86,9 @@ ATTRIBUTE: dict[str, Any] = {
 CLUSTER_ACTION_OUTAGE = timedelta(hours=1)
 CLUSTER_ACTION: dict[str, Any] = {
     "start_to_close_timeout": timedelta(seconds=30),
+    # Each such activity heartbeats throughout (``heartbeating_throughout``): a worker that dies mid-action has it
+    # retried on another worker after 10 s, not 30 (the retry's fresh read notices what the dead one did).
+    "heartbeat_timeout": timedelta(seconds=10),
     "schedule_to_close_timeout": CLUSTER_ACTION_OUTAGE,
     "retry_policy": RetryPolicy(
         initial_interval=timedelta(milliseconds=500),

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from temporalio import activity
 
 from activities.errors import classified_errors
+from activities.heartbeating import heartbeating_throughout
 from activities.slurm.guarded import WAITING_OR_RUNNING
 from activities.slurm.port import RestartRequest, SchedulerPort
 from workflows.constants import DRAIN_REASON_PREFIX, is_rebound_drain
@@ -25,6 +26,7 @@ class SlurmActionActivities:
         self._scheduler = scheduler
 
     @activity.defn(name="slurm_drain_node")
+    @heartbeating_throughout
     async def drain_node(self, inp: DrainInput) -> DrainResult:
         """Drain ``inp.node`` with Rebound's reason, unless someone else drained it; verify with a fresh read.
 
@@ -66,6 +68,7 @@ class SlurmActionActivities:
         return DrainResult(node=inp.node, verified_at=datetime.now(UTC), drained_by_us=True, detail=node.state.value)
 
     @activity.defn(name="slurm_requeue_job")
+    @heartbeating_throughout
     async def requeue_job(self, inp: RequeueInput) -> RequeueResult:
         """Restart the job without the implicated nodes through the port; verify with a fresh observation.
 

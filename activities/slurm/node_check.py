@@ -22,6 +22,7 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.errors import classified_errors
+from activities.heartbeating import heartbeating_throughout
 from activities.slurm.maintenance import CheckJobRequest, MaintenancePort
 from activities.slurm.port import SchedulerPort
 from workflows.domain.errors import FailureKind, ReboundError
@@ -75,6 +76,7 @@ class NodeCheckActivities:
             return await self._run(inp)
 
     @activity.defn(name="slurm_node_check_release")
+    @heartbeating_throughout
     async def release(self, inp: NodeCheckReleaseInput) -> NodeCheckReleaseResult:
         """Drain the node with ``inp.drain_reason`` (when given), then delete its check reservation."""
         with classified_errors():

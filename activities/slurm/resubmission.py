@@ -24,6 +24,7 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.errors import classified_errors
+from activities.heartbeating import heartbeating_throughout
 from activities.slurm.port import ResubmitRequest, SchedulerPort
 from activities.slurm.submission import job_environment, parse_environ, token_in
 from workflows.domain.errors import FailureKind, ReboundError
@@ -85,6 +86,7 @@ class SubmissionActivities:
         return CaptureSubmissionResult(facts=facts)
 
     @activity.defn(name="slurm_resubmit_job")
+    @heartbeating_throughout
     async def resubmit_job(self, inp: ResubmitInput) -> ResubmitOutcome:
         """Submit the job again as its owner, off ``inp.exclude``; adopt a job an earlier attempt submitted.
 

@@ -10,6 +10,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import classified_errors
+from activities.heartbeating import heartbeating_throughout
 from activities.slurm.port import SchedulerPort
 from activities.temporal.rebound_workflows import query_fleet_decision, signal_fleet_request
 from workflows.constants import fleet_workflow_id
@@ -93,6 +94,7 @@ class FleetActivities:
             return build_fleet_view(await self._scheduler.snapshot(), inp)
 
     @activity.defn(name="fleet_resume_node")
+    @heartbeating_throughout
     async def resume_node(self, inp: ResumeNodeInput) -> ResumeNodeResult:
         """Resume a node Rebound drained; refuse (no error) when its reason is no longer exactly Rebound's."""
         with classified_errors():

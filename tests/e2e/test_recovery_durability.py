@@ -14,8 +14,8 @@ keeps running and acts after the worker is gone, as a command already sent to a 
 worker's retry must notice, not act twice.
 
 Costs measured on 2 cores (facts/temporal.md §0): a SIGKILLed worker's workflows wait ~10 s for the sticky
-queue; an activity it was running is retried only after its timeout (drain/requeue 30 s start-to-close,
-resume-wait 30 s heartbeat).
+queue; an activity it was running is retried only after its heartbeat timeout (drain/requeue 10 s, resume-wait
+30 s).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ from workflows.domain.recovery import JobRecoveryStatus, RecoveryState
 pytestmark = pytest.mark.slow
 
 CRASH_RANK = 3
-#: Kill -> new worker -> sticky-queue wait (10 s) -> activity retry after its timeout (30 s) -> resume (~15 s).
+#: Kill -> new worker -> sticky-queue wait (10 s) -> activity retry after its heartbeat timeout (10-30 s) -> resume
+#: (~15 s), with a loaded machine's margin.
 AFTER_KILL_S = 90
 
 

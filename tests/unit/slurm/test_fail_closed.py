@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.port import RestartRequest
@@ -60,7 +61,7 @@ async def test_a_drain_refused_then_unreadable_is_not_reported_as_someone_elses(
     fake.armed = True
     acts = SlurmActionActivities(fake)
     with pytest.raises(ApplicationError) as caught:
-        await acts.drain_node(DrainInput(node="n1", reason="rebound: xid 79", key="k"))
+        await ActivityEnvironment().run(acts.drain_node, DrainInput(node="n1", reason="rebound: xid 79", key="k"))
     assert caught.value.type == FailureKind.SCHEDULER_BUSY.value and not caught.value.non_retryable
     assert fake.nodes["n1"].reason == "maintenance by ops"  # the other owner's drain is untouched
 
@@ -68,7 +69,9 @@ async def test_a_drain_refused_then_unreadable_is_not_reported_as_someone_elses(
 async def test_a_drain_refused_by_another_owner_is_reported_as_theirs() -> None:
     fake = FakeScheduler()
     await fake.drain_node("n1", "maintenance by ops")
-    result = await SlurmActionActivities(fake).drain_node(DrainInput(node="n1", reason="rebound: xid 79", key="k"))
+    result = await ActivityEnvironment().run(
+        SlurmActionActivities(fake).drain_node, DrainInput(node="n1", reason="rebound: xid 79", key="k")
+    )
     assert not result.drained_by_us and "maintenance by ops" in result.detail
 
 

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Sequence
 
 import pytest
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from activities.slurm.actions import SlurmActionActivities
 from activities.slurm.port import CompositeScheduler, RestartRequest, RestartResult
@@ -159,7 +160,7 @@ async def test_the_activity_verifies_the_exact_exclusion(fake: FakeScheduler, mo
     inp = RequeueInput(
         job_id=job.job_id, exclude=("n2",), user_excluded=("n4",), expected_restart_count=0, previous_nodes=(), key="k"
     )
-    done = await activities.requeue_job(inp)
+    done = await ActivityEnvironment().run(activities.requeue_job, inp)
     assert (done.state, done.excluded_nodes) == (JobState.PENDING, ("n2", "n4"))
     # A stale exclusion still showing (the change not visible yet) is not taken as done.
     fake.jobs[job.job_id] = fake.jobs[job.job_id].model_copy(update={"excluded_nodes": ("n2", "n3", "n4")})
@@ -169,5 +170,5 @@ async def test_the_activity_verifies_the_exact_exclusion(fake: FakeScheduler, mo
 
     monkeypatch.setattr(fake, "set_excluded_nodes", lost)
     with pytest.raises(ApplicationError) as caught:
-        await activities.requeue_job(inp)
+        await ActivityEnvironment().run(activities.requeue_job, inp)
     assert caught.value.type == FailureKind.SCHEDULER_BUSY.value and "not visible yet" in caught.value.message
