@@ -27,6 +27,7 @@ up: install
 down:
 	$(BIN)/rebound lab down
 	-REBOUND_LAB_STATE_DIR=$(TEST_STATE) $(BIN)/rebound lab down
+	-REBOUND_LAB_STATE_DIR=$(TEST_STATE)-2 $(BIN)/rebound lab down
 
 status:
 	$(BIN)/rebound lab status
@@ -62,4 +63,4 @@ record-histories: install
 		$(BIN)/python -m workers.cli lab down; exit $$status
 
 clean: down
-	rm -rf .rebound-lab .rebound-lab-test .mypy_cache .ruff_cache .pytest_cache
+	rm -rf .rebound-lab .rebound-lab-test .rebound-lab-test-2 .mypy_cache .ruff_cache .pytest_cache

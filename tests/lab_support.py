@@ -28,17 +28,29 @@ from workflows.constants import fleet_workflow_id
 REPO = Path(__file__).resolve().parent.parent
 
 
+#: ``make test`` runs the lab tests on two test labs side by side (deploy/local/test-all.sh): most of a lab test's
+#: time is waiting on real daemons, so two labs halve the wall time on a 2-core machine. Each slot is a whole lab,
+#: its own state directory, cluster name (the node agents tell the two labs' ranks apart by it) and ports.
+LAB_SLOT_ENV = "REBOUND_TEST_LAB_SLOT"
+_SLOT_PORT_STEP = 20  # the next slot's ports: clear of the demo lab's (68xx, 72xx, 170xx) and the first slot's
+
+
 def test_lab_config() -> LabConfig:
+    slot = int(os.environ.get(LAB_SLOT_ENV, "0"))
+    if slot not in (0, 1):
+        raise ValueError(f"{LAB_SLOT_ENV}={slot}: the test labs are slots 0 and 1")
+    step = _SLOT_PORT_STEP * slot
+    default_dir = REPO / (".rebound-lab-test" if slot == 0 else f".rebound-lab-test-{slot + 1}")
     return LabConfig(
-        state_dir=Path(os.environ.get("REBOUND_TEST_LAB_DIR", REPO / ".rebound-lab-test")),
-        cluster_name="labtest",
-        slurmctld_port=6827,
-        slurmd_port_base=17011,
-        slurmrestd_port=6830,
-        temporal_port=7243,
-        temporal_ui_port=8243,
-        temporal_tls_port=7244,
-        slurmrestd_tls_port=6831,
+        state_dir=Path(os.environ.get("REBOUND_TEST_LAB_DIR", default_dir)),
+        cluster_name="labtest" if slot == 0 else f"labtest{slot + 1}",
+        slurmctld_port=6827 + step,
+        slurmd_port_base=17011 + step,
+        slurmrestd_port=6830 + step,
+        temporal_port=7243 + step,
+        temporal_ui_port=8243 + step,
+        temporal_tls_port=7244 + step,
+        slurmrestd_tls_port=6831 + step,
     )
 
 
