@@ -97,6 +97,36 @@ async def test_duplicate_and_stale_events_are_ignored_and_the_lease_is_renewed(h
     assert (await asyncio.wait_for(handle.result(), 20)).state is RecoveryState.FINISHED
 
 
+async def test_an_answer_to_an_older_subscription_renews_the_current_one_at_once(
+    temporal_client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A shard taken over restores its members from a heartbeat that may predate the current subscription; it
+    answers the old one and drops the member. The workflow ignores that answer but sends its current subscription
+    again at once (not after a lease), so the job is watched again and its crash recovered."""
+    hh = HubHarness(temporal_client, task_queue, tmp_path, lease_s=600)  # no lease renewal within the test
+    async with hh.running():
+        job = hh.sched.submit(2, start=False)
+        handle = await hh.start(job.job_id)
+        await eventually(lambda: hh.members(job.job_id) == 1)
+        hub = hh.shards.hubs[shard_of(job.job_id, SHARDS)]
+        hh.sched.schedule()  # the job starts: the first subscription's answer, the run subscribes again (seq 2)
+        await eventually(lambda: any(m.sub.seq == 2 for m in hub.members.values()), timeout=15)
+        await until(handle, lambda s: s.state is RecoveryState.WATCHING)
+        [(key, member)] = [(k, m) for k, m in hub.members.items() if m.sub.watch.job_id == job.job_id]
+        del hub.members[key]  # the restored shard answered an older subscription and dropped the member
+        gone = JobWatchResult(outcome=WatchOutcome.GONE, observed_at=datetime.now(UTC))
+        older = WatchEvent(run_id=member.sub.run_id, seq=member.sub.seq - 1, shard=0, result=gone)
+        await handle.signal(WATCH_RETURNED_SIGNAL, older)
+        await eventually(lambda: hh.members(job.job_id) == 1, timeout=15)  # subscribed again, seconds later
+        assert hub.members[key].sub.seq == member.sub.seq
+        st = await handle.query(JobRecoveryWorkflow.status)
+        assert st.state is RecoveryState.WATCHING and st.incidents == ()  # the old answer itself changed nothing
+        hh.sched.fail_job(job.job_id, exit_code=1)
+        st = await until(handle, lambda s: s.state is RecoveryState.VERIFYING, timeout=30)
+        assert _actions(st, ActionKind.REQUEUE) == [str(job.job_id)]
+        await handle.terminate("test over")
+
+
 async def test_recovery_proceeds_while_more_jobs_are_watched_than_the_acting_queue_has_slots(
     temporal_client: Client, task_queue: str, tmp_path: Path
 ) -> None:
