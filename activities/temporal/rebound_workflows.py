@@ -119,20 +119,38 @@ async def start_job_recovery(
     )
 
 
+#: How long a start that finds no namespace is retried: a Temporal server that just came up (above).
+NAMESPACE_WAIT_S = 30.0
+
+
 async def _start_singleton(
     client: Client, workflow_type: str, inp: Any, *, workflow_id: str, cluster: str, task_queue: str, summary: str
 ) -> WorkflowHandle[Any, Any]:
     """Start the one ``workflow_type`` under ``workflow_id``, or attach to the running one (which keeps its own
-    input and state), tagged with ``cluster`` and shown with ``summary``."""
-    return await client.start_workflow(
-        workflow_type,
-        inp,
-        id=workflow_id,
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=_cluster_attributes(cluster),
-        static_summary=summary,
-    )
+    input and state), tagged with ``cluster`` and shown with ``summary``.
+
+    A worker starts these as it comes up, possibly beside a Temporal server that is coming up too: a server answers
+    (even ``DescribeNamespace``) before every service has loaded its namespaces, and a start in that gap fails with
+    "Namespace ... is not found" (seen on a loaded machine). So that answer is retried for ``NAMESPACE_WAIT_S``;
+    after that it is a real configuration error and raised.
+    """
+    deadline = asyncio.get_running_loop().time() + NAMESPACE_WAIT_S
+    while True:
+        try:
+            return await client.start_workflow(
+                workflow_type,
+                inp,
+                id=workflow_id,
+                task_queue=task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                search_attributes=_cluster_attributes(cluster),
+                static_summary=summary,
+            )
+        except RPCError as e:
+            missing = e.status is RPCStatusCode.NOT_FOUND and "namespace" in str(e).lower()
+            if not missing or asyncio.get_running_loop().time() >= deadline:
+                raise
+        await asyncio.sleep(1.0)
 
 
 async def start_cluster_watch(client: Client, inp: ClusterWatchInput, *, task_queue: str) -> WorkflowHandle[Any, Any]:
