@@ -55,3 +55,36 @@ def proved(pattern: re.Pattern[str], needs: tuple[str, ...], *, fold: bool | Non
     fold = bool(pattern.flags & re.IGNORECASE) if fold is None else fold
     assert needs and all(n and (n == n.lower() or not fold) for n in needs)
     return _covered(list(sre_parse.parse(pattern.pattern, pattern.flags).data), needs, fold)
+
+
+def _starts(items: list[Any], needs: tuple[str, ...], fold: bool, run: str = "") -> bool:
+    """Does every match of this parsed sequence begin with one of ``needs``? Zero-width tests (``\\b``, ``^``,
+    lookarounds) consume nothing and are skipped; literal characters extend ``run`` from the match's start; branches
+    are each followed by the rest and groups inlined; anything else before a need is complete answers "no"."""
+    for i, (op, av) in enumerate(items):
+        if op in (sre_c.AT, sre_c.ASSERT, sre_c.ASSERT_NOT):
+            continue
+        ch = _char(op, av, fold)
+        if ch is not None:
+            run += ch
+            if any(run.startswith(n) for n in needs):
+                return True
+            if not any(n.startswith(run) for n in needs):
+                return False
+            continue
+        rest = items[i + 1 :]
+        if op is sre_c.BRANCH:
+            return all(_starts(list(b.data) + rest, needs, fold, run) for b in av[1])
+        if op is sre_c.SUBPATTERN:
+            return _starts(list(av[-1].data) + rest, needs, fold, run)
+        return False
+    return False
+
+
+def proved_start(pattern: re.Pattern[str], needs: tuple[str, ...], *, fold: bool | None = None) -> bool:
+    """Whether every match of ``pattern`` begins with one of ``needs`` (after zero-width tests only), compared in
+    lower case where ``fold`` (by default: for an IGNORECASE pattern). Then no match begins before the first
+    occurrence of any of them, and a search may start there."""
+    fold = bool(pattern.flags & re.IGNORECASE) if fold is None else fold
+    assert needs and all(n and (n == n.lower() or not fold) for n in needs)
+    return _starts(list(sre_parse.parse(pattern.pattern, pattern.flags).data), needs, fold)
