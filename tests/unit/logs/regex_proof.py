@@ -88,3 +88,34 @@ def proved_start(pattern: re.Pattern[str], needs: tuple[str, ...], *, fold: bool
     fold = bool(pattern.flags & re.IGNORECASE) if fold is None else fold
     assert needs and all(n and (n == n.lower() or not fold) for n in needs)
     return _starts(list(sre_parse.parse(pattern.pattern, pattern.flags).data), needs, fold)
+
+
+def _in_order(items: list[Any], seq: tuple[tuple[str, ...], ...], fold: bool, run: str = "") -> bool:
+    """Does every match of this parsed sequence contain one of ``seq[0]``, then after it one of ``seq[1]``, ...?
+    As ``_covered``: a need must lie in a run of literal characters; once one is found, the rest of the run after
+    its earliest end is searched for the next."""
+    for i, (op, av) in enumerate(items):
+        ch = _char(op, av, fold)
+        if ch is not None:
+            run += ch
+            ends = [run.find(n) + len(n) for n in seq[0] if n in run]
+            while ends:
+                if len(seq) == 1:
+                    return True
+                seq, run = seq[1:], run[min(ends) :]
+                ends = [run.find(n) + len(n) for n in seq[0] if n in run]
+            continue
+        rest = items[i + 1 :]
+        if op is sre_c.BRANCH:
+            return all(_in_order(list(b.data) + rest, seq, fold, run) for b in av[1])
+        if op is sre_c.SUBPATTERN:
+            return _in_order(list(av[-1].data) + rest, seq, fold, run)
+        run = ""
+    return False
+
+
+def proved_in_order(pattern: re.Pattern[str], seq: tuple[tuple[str, ...], ...], *, fold: bool = True) -> bool:
+    """Whether every match of ``pattern`` contains one of ``seq[0]``, and after its end one of ``seq[1]``, and so on
+    (compared in lower case where ``fold``)."""
+    assert seq and all(n and (n == n.lower() or not fold) for needs in seq for n in needs)
+    return _in_order(list(sre_parse.parse(pattern.pattern, pattern.flags).data), seq, fold)
