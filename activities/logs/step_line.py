@@ -96,8 +96,12 @@ def step_fields(body: str) -> StepFields | None:
 def not_progress(body: str, low: str | None) -> bool:
     """Whether a ``NOT_PROGRESS`` pattern is in ``body``; ``low`` is ``body.lower()`` for an ASCII body, else None
     (an ASCII line with none of ``NOT_PROGRESS_WORDS`` cannot match: the regex is skipped)."""
-    if low is not None and not any(word in low for word in NOT_PROGRESS_WORDS):
-        return False
+    if low is not None:
+        for word in NOT_PROGRESS_WORDS:  # a loop, not ``any()`` of a generator: a third less per step line
+            if word in low:
+                break
+        else:
+            return False
     return _NOT_PROGRESS_ANY.search(body) is not None
 
 
@@ -145,7 +149,8 @@ def parse_step_times(step_rule: str, body: str) -> StepTimes:
         m = rule.pattern.search(body, at)  # a ``starts`` rule's match begins at one of its needs, not before the first
         if m is None:
             continue
-        seconds = _seconds(float(m.group("value")), m.groupdict().get("unit") or rule.unit)
+        unit = m.group("unit") if "unit" in rule.pattern.groupindex else None  # no dict of every group
+        seconds = _seconds(float(m.group("value")), unit or rule.unit)
         if seconds is not None:
             found[rule.field] = seconds
     return StepTimes(found.get("step_time_s"), found.get("compute_time_s"))
