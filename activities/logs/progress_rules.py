@@ -47,6 +47,9 @@ class StepRule:
     needs: str = ""
     """Text (lower case) that every line the pattern matches contains: an ASCII line without it skips the regex
     (``activities.logs.progress``); "" for none."""
+    starts: bool = False
+    """Every match starts where ``needs`` occurs (only zero-width tests before it): an ASCII line is searched from
+    its first occurrence, the same leftmost match for less scanning (``tests/unit/logs/test_step_line.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +77,22 @@ class StepTimeRule:
     needs: tuple[str, ...] = ()
     """Texts one of which (as written: these patterns are case-sensitive) every line the pattern matches contains:
     a line with none of them skips the regex; empty for none."""
+    starts: bool = False
+    """Every match starts where one of ``needs`` occurs (only zero-width tests before it): the search starts at the
+    first occurrence of any, the same leftmost match for less scanning (``tests/unit/logs/test_step_line.py``)."""
 
 
 def _s(
-    name: str, regex: str, *, needs: str, bar: bool = False, zero_based: bool = False, per_epoch: bool = False
+    name: str,
+    regex: str,
+    *,
+    needs: str,
+    bar: bool = False,
+    zero_based: bool = False,
+    per_epoch: bool = False,
+    starts: bool = False,
 ) -> StepRule:
-    return StepRule(name, re.compile(regex, re.IGNORECASE), bar, zero_based, per_epoch, needs)
+    return StepRule(name, re.compile(regex, re.IGNORECASE), bar, zero_based, per_epoch, needs, starts)
 
 
 def _c(name: str, regex: str, *, found: bool = True, detail: bool = False) -> CheckpointRule:
@@ -96,10 +109,11 @@ STEP_RULES: tuple[StepRule, ...] = (
         "nemo",
         r"\bTraining epoch (?P<epoch>\d+), iteration \d+/(?P<total>\d+) \|[^\n]*?\| global_step: (?P<step>\d+) \|",
         needs="training epoch ",
+        starts=True,
         zero_based=True,
     ),
     # Megatron-LM: " iteration      120/    1000 | consumed samples: ..."
-    _s("megatron", r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)\s*\|", needs="iteration"),
+    _s("megatron", r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)\s*\|", needs="iteration", starts=True),
     # Lightning's bar: "Epoch 0:  10%|█         | 120/1200 [00:10<01:30, 12.00it/s, v_num=0, train_loss=0.512]"
     # (NeMo 1's too, with "reduced_train_loss=..., global_step=119.0" in its postfix).
     _s(
@@ -112,18 +126,25 @@ STEP_RULES: tuple[StepRule, ...] = (
     # A bare tqdm bar (HF Trainer's counts optimizer steps): " 10%|█         | 120/1200 [00:10<01:30, ...]"
     _s("tqdm_bar", r"^\s*\d+%\|[^|]*\|\s*(?P<step>\d+)/(?P<total>\d+)\s*\[", needs="%|", bar=True),
     # nanoGPT: "iter 120: loss 2.3100, time 123.45ms, mfu 30.12%", logged after iteration 120 (from 0) trained.
-    _s("nanogpt", r"(?<![\w.])iter (?P<step>\d+): loss [-+\d.naif]+, time ", needs="iter ", zero_based=True),
+    _s(
+        "nanogpt",
+        r"(?<![\w.])iter (?P<step>\d+): loss [-+\d.naif]+, time ",
+        needs="iter ",
+        starts=True,
+        zero_based=True,
+    ),
     # DeepSpeed's pipeline engine: "steps: 10 loss: 0.6931 iter time (s): 0.123 samples/sec: 260.1"
-    _s("deepspeed_steps", r"(?<![\w.])steps: (?P<step>\d+) loss: ", needs="steps: "),
-    _s("global_step", r"(?<![\w.])global[_ ]step\s*(?:[:=]\s*)?(?P<step>\d+)", needs="global"),
+    _s("deepspeed_steps", r"(?<![\w.])steps: (?P<step>\d+) loss: ", needs="steps: ", starts=True),
+    _s("global_step", r"(?<![\w.])global[_ ]step\s*(?:[:=]\s*)?(?P<step>\d+)", needs="global", starts=True),
     _s(
         "iteration",
         r"(?<![\w.])(?:iteration|iter)\s*(?:[:=]\s*)?(?P<step>\d+)(?:\s*/\s*(?P<total>\d+))?",
         needs="iter",
+        starts=True,
     ),
     # "step=120", "step 120", "Step 120/1000", "step: 120" (torchtitan: "step:  10  loss:  8.1234  memory: ...");
     # not "steps=" or "step_time=".
-    _s("step", r"(?<![\w.])step\s*(?:[:=]\s*)?(?P<step>\d+)(?:\s*/\s*(?P<total>\d+))?", needs="step"),
+    _s("step", r"(?<![\w.])step\s*(?:[:=]\s*)?(?P<step>\d+)(?:\s*/\s*(?P<total>\d+))?", needs="step", starts=True),
 )
 
 #: A bar frame drawn before the bar counted anything since it started: tqdm shows no rate and no time left
@@ -139,12 +160,14 @@ STEP_TIME_RULES: tuple[StepTimeRule, ...] = (
         re.compile(r"(?<![\w.])(?:step_time|time_per_step)['\"]?\s*[:=]\s*" + _NUM + r"\s*(?P<unit>ms|s)?(?![\w/])"),
         "step_time_s",
         needs=("step_time", "time_per_step"),
+        starts=True,
     ),
     StepTimeRule(
         "compute_time",
         re.compile(r"(?<![\w.])compute_time['\"]?\s*[:=]\s*" + _NUM + r"\s*(?P<unit>ms|s)?(?![\w/])"),
         "compute_time_s",
         needs=("compute_time",),
+        starts=True,
     ),
     # Megatron-LM: "elapsed time per iteration (ms): 1234.5 |", newer ones "... (ms): 1234.5/1200.3 |" (now/mean).
     StepTimeRule(
@@ -153,6 +176,7 @@ STEP_TIME_RULES: tuple[StepTimeRule, ...] = (
         "step_time_s",
         "ms",
         needs=("elapsed time per iteration (ms):",),
+        starts=True,
     ),
     # NeMo 2: "| train_step_timing in s: 0.03146 |".
     StepTimeRule(
@@ -161,6 +185,7 @@ STEP_TIME_RULES: tuple[StepTimeRule, ...] = (
         "step_time_s",
         step_rules=frozenset({"nemo"}),
         needs=("train_step_timing in s: ",),
+        starts=True,
     ),
     # DeepSpeed's pipeline engine: "steps: 10 loss: 0.6931 iter time (s): 0.123 samples/sec: 260.1".
     StepTimeRule(
@@ -169,6 +194,7 @@ STEP_TIME_RULES: tuple[StepTimeRule, ...] = (
         "step_time_s",
         step_rules=frozenset({"deepspeed_steps"}),
         needs=("iter time (s): ",),
+        starts=True,
     ),
     # nanoGPT: "iter 120: loss 2.3100, time 123.45ms, mfu 30.12%".
     StepTimeRule(
@@ -177,6 +203,7 @@ STEP_TIME_RULES: tuple[StepTimeRule, ...] = (
         "step_time_s",
         step_rules=frozenset({"iteration", "nanogpt"}),
         needs=("time",),
+        starts=True,
     ),
     # tqdm's rate inside the bar's brackets: "[00:18<31:07,  2.54s/it, loss=...]" or "[00:10<01:30, 12.00it/s]".
     # No "[" or a second "<" inside: from every "[" the match attempt then ends at the next one (linear, not quadratic).

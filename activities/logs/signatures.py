@@ -20,7 +20,7 @@ An exit status that names SIGSEGV or SIGBUS (a row's ``by_signal``) is filed und
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from activities.logs.line import LinePrefix, split_prefix
@@ -120,13 +120,14 @@ def peel(prefix: LinePrefix) -> Prepared:
 
 def match(body: str) -> SignatureMatch | None:
     """The highest-priority row whose pattern is found in ``body`` (see ``prepare``), or None."""
-    hits = [_ROWS_OF_HINT[h] for h in _hints_in(body.lower())]
+    low = body.lower()
+    hits = [_ROWS_OF_HINT[h] for h in _hints_in(low)]
     if not hits and not _ALWAYS_TRIED:
         return None  # most lines: no row could match
-    if benign(body):
-        return None
-    candidates = set(_ALWAYS_TRIED).union(*hits)
-    for i in sorted(candidates):
+    candidates = [i for i in sorted(set(_ALWAYS_TRIED).union(*hits)) if (g := _GUARD_OF[i]) is None or g(low)]
+    if not candidates or benign(body):
+        return None  # no row can match (benign or not, no match), or harmless chatter
+    for i in candidates:
         sig = SIGNATURES[i]
         m = sig.pattern.search(body)
         if m is not None:
@@ -196,6 +197,23 @@ _HINTS_OF_ROWS, _ALWAYS_TRIED = _index_hints()
 _ROWS_OF_HINT = dict(_HINTS_OF_ROWS)
 _PREFIX_HINTS = _prefix_hints(list(_ROWS_OF_HINT))
 _HINT_AT = re.compile(_hint_trie(list(_ROWS_OF_HINT)), re.DOTALL)
+
+
+def _loss_then_not_finite(low: str) -> bool:
+    """Whether ``nan`` or ``inf`` follows the first ``loss`` in ``low`` (a lower-cased body): every match of the
+    ``loss_not_finite`` row holds a loss word and, after it, a NaN or Inf (``regex_proof.proved_in_order``); a
+    training step line names its finite loss and runs no regex (``[INFO]`` before the loss is no Inf).
+
+    Lower-casing maps each ASCII character to one ASCII character, so a match's ASCII text stays contiguous and in
+    order in ``low``, and the first ``loss`` in ``low`` is at or before the match's."""
+    at = low.find("loss")
+    return at >= 0 and (low.find("nan", at + 4) >= 0 or low.find("inf", at + 4) >= 0)
+
+
+# A row's guard: a cheaper test of the lower-cased body than its regex, true of every line the regex matches, tried
+# once a hint made the row a candidate (the hint ``loss`` is in every step line that prints one).
+_GUARDS: dict[str, Callable[[str], bool]] = {"loss_not_finite": _loss_then_not_finite}
+_GUARD_OF: tuple[Callable[[str], bool] | None, ...] = tuple(_GUARDS.get(sig.id) for sig in SIGNATURES)
 
 
 def _resolve(sig: Signature, groups: dict[str, str], body: str) -> SignatureMatch:

@@ -52,8 +52,9 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from activities.logs.access import LogAccess
 from activities.logs.birth import birth_time
@@ -84,6 +85,7 @@ __all__ = [
 
 Offsets = dict[str, int]
 """Byte offsets per path, plus fingerprint keys (see the module docstring)."""
+_T = TypeVar("_T")
 
 _FP_PREFIX = "\x00crc:"
 _WAIT_PREFIX = "\x00wait:"
@@ -261,7 +263,7 @@ class LogTail:
 
         chunks: dict[str, tuple[LogPattern, Chunk]] = {}
         waiting: list[str] = []
-        for _, pending, path, pattern, info in sorted(todo, key=lambda item: item[:3]):
+        for _, pending, path, pattern, info in sorted(todo):  # paths are unique: decided by the first three items
             budget = min(per_file, remaining)
             if (budget < per_file and budget < pending) or not lines_left:
                 waiting.append(path)  # more than is left of this call's budget: first in line next call
@@ -351,9 +353,8 @@ class LogTail:
         self, path: str, info: os.stat_result, offset: int, fingerprint: object, budget: int, piece: int, count: int
     ) -> Chunk:
         """The complete lines of ``path`` after ``offset``, restarting at 0 if the file is not the one we read."""
-        with self._opened(path, info) as (fd, size):
-            known = fingerprint if isinstance(fingerprint, int) else None
-            return read_chunk(fd, size, offset, known, budget, piece, count)
+        known = fingerprint if isinstance(fingerprint, int) else None
+        return self._on_file(path, info, lambda fd, size: read_chunk(fd, size, offset, known, budget, piece, count))
 
     def _start_at(self, path: str, info: os.stat_result, since: datetime) -> Offsets:
         """Where reading ``path`` starts for an attempt anchored at ``since``, as offset entries (module docstring).
@@ -364,7 +365,8 @@ class LogTail:
         old run's last words (a rank killed mid-write), which the next run's first line must not complete into a
         crash line; a line of the attempt that was being written then is read as its remaining piece.
         """
-        with self._opened(path, info) as (fd, size):
+
+        def start(fd: int, size: int) -> Offsets:
             if size == 0:
                 return {path: 0}
             born = birth_time(fd)
@@ -378,12 +380,14 @@ class LogTail:
                     return {path: 0}
             # Nothing read (budget 0): just the offset and the fingerprint a later read checks it against.
             at_end = read_chunk(fd, size, size, None, 0, 1, 0)
-        return {path: at_end.offset, _FP_PREFIX + path: at_end.fingerprint}
+            return {path: at_end.offset, _FP_PREFIX + path: at_end.fingerprint}
 
-    @contextlib.contextmanager
-    def _opened(self, path: str, info: os.stat_result) -> Iterator[tuple[int, int]]:
-        """``path`` opened for reading, checked to be the file ``info`` describes and allowed by the policy:
-        ``(fd, size)``; every failure is a ``_Skip``."""
+        return self._on_file(path, info, start)
+
+    def _on_file(self, path: str, info: os.stat_result, use: Callable[[int, int], _T]) -> _T:
+        """``use(fd, size)`` of ``path`` opened for reading, checked to be the file ``info`` describes and allowed by
+        the policy; every failure is a ``_Skip`` (a plain call: a generator context manager, per file per poll,
+        cost more than the read)."""
         try:
             # O_NONBLOCK: should a FIFO replace the file after _inspect, opening it must still not block.
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -398,7 +402,7 @@ class LogTail:
             reason = self._access.check_fd(fd, opened.st_uid) if self._access is not None else None
             if reason is not None:
                 raise _Skip(reason)
-            yield fd, opened.st_size
+            return use(fd, opened.st_size)
         except OSError as e:
             raise _Skip(f"cannot read: {e.strerror or e}") from e
         finally:
