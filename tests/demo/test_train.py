@@ -54,6 +54,16 @@ def test_rendezvous_port_depends_on_job_and_restart() -> None:
     assert train.rendezvous_address(env, {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234"}) == ("10.0.0.1", 1234)
 
 
+def test_the_two_port_slots_never_share_a_port() -> None:
+    """Two labs on one host number their jobs alike: the second lab's slot keeps their ports apart."""
+    first = {train.rendezvous_port(j, r, 0) for j in range(1, 700) for r in range(8)}
+    second = {train.rendezvous_port(j, r, 1) for j in range(1, 700) for r in range(8)}
+    assert not first & second and max(second) < 30000
+    assert train.port_slot({}) == 0 and train.port_slot({train.PORT_SLOT_ENV: "1"}) == 1
+    env = RankEnv.from_environ({**SLURM_ENV, "SLURM_JOB_ID": "19"})
+    assert train.rendezvous_address(env, {train.PORT_SLOT_ENV: "1"}) == ("127.0.0.1", train.rendezvous_port(19, 0, 1))
+
+
 def test_log_line_format() -> None:
     message = "step=120 loss=0.4123 step_time=0.105s compute_time=0.081s"
     line = log_line("INFO", 1, 4, "n1", message, now=1_795_923_601.1234)
