@@ -16,6 +16,7 @@ from deploy.demo.common import RankEnv, RunPaths
 from deploy.demo.faults import FaultState, FaultWatcher
 from deploy.demo.real_trainers import RankSetup
 from deploy.local.layout import LabLayout
+from tests.demo.conftest import free_port
 
 FAKE_SRUN = """#!/bin/sh
 printf '%s\\n' "$@" > "$FAKE_DIR/srun-args"
@@ -74,7 +75,9 @@ def _run(module: str, run_dir: Path, steps: int, restart: int) -> str:
         "SLURM_JOB_NAME": "rebound-test",
         "SLURM_RESTART_COUNT": str(restart),
     }
-    env.pop("MASTER_PORT", None)
+    # A port the OS says is free, not the one the trainer derives from the job id: that range is the labs' own
+    # (make test runs two labs beside this suite), and a lab job's rank meeting this store kept it from exiting.
+    env["MASTER_PORT"] = str(free_port())
     cmd = [sys.executable, "-m", module, "--run-dir", str(run_dir), "--steps", str(steps), "--checkpoint-every", "3"]
     cmd += ["--step-sleep", "0"]
     done = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
