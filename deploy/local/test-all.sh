@@ -27,6 +27,7 @@ SECOND_LAB=(
     tests/e2e/test_launchers.py
     tests/e2e/test_kernel_log.py
     tests/e2e/test_dcgm_in_the_loop.py
+    tests/e2e/test_job_output_claims.py
 )
 
 unit_log=$(mktemp --tmpdir rebound-unit-tests.XXXXXX.log)
