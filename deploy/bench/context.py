@@ -33,7 +33,10 @@ if TYPE_CHECKING:
     from workers.settings import Settings
 
 __all__ = [
+    "ENDED_STATES",
     "INJECTED",
+    "LIVE_STATES",
+    "STATE_UNKNOWN",
     "BenchContext",
     "BenchError",
     "BenchOptions",
@@ -54,6 +57,14 @@ INJECTED: dict[str, FaultKind] = {
     "node-crash": "node-crash",
     "user-bug": "user-bug",
 }
+
+
+#: ``BenchContext.job_state`` when squeue failed: not a state, look again.
+STATE_UNKNOWN = "UNKNOWN"
+#: States of a job that will not train again (``""``: Slurm no longer lists it).
+ENDED_STATES = ("", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+#: States of a job on its way to train (or training), and the unknown one, which is looked at again.
+LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", STATE_UNKNOWN)
 
 
 class BenchOptions(Frozen):
@@ -126,11 +137,16 @@ class BenchContext:
         return parse_sinfo_nodes(self.slurm("sinfo", "-h", "-N", "-o", "%N|%T|%E"))
 
     def job_state(self, job_id: int) -> str:
-        """squeue's state of the job; ``""`` once Slurm no longer lists it."""
+        """squeue's state of the job; ``""`` once Slurm no longer lists it, ``STATE_UNKNOWN`` when squeue itself
+        failed (a busy slurmctld times out now and then on a loaded machine: a failed lookup is not a state, the
+        caller looks again)."""
         try:
             out = self.slurm("squeue", "-h", "-j", str(job_id), "-o", "%T").strip()
-        except LabError:
-            return ""  # "Invalid job id specified": gone
+        except LabError as e:
+            if "Invalid job id" in str(e):
+                return ""
+            say(f"squeue of job {job_id} failed, looking again: {e}")
+            return STATE_UNKNOWN
         return out.split()[0] if out else ""
 
     async def status(self, job_id: int) -> JobRecoveryStatus | None:

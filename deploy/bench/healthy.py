@@ -17,7 +17,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from deploy.bench.context import BenchContext, BenchError, BenchOptions, read_lines, say, until
+from deploy.bench.context import (
+    LIVE_STATES,
+    BenchContext,
+    BenchError,
+    BenchOptions,
+    read_lines,
+    say,
+    until,
+)
 from deploy.bench.labparse import parse_rank_log
 
 __all__ = ["run_healthy", "run_healthy_command"]
@@ -47,7 +55,7 @@ async def run_healthy(ctx: BenchContext, minutes: float) -> dict[str, Any]:
         deadline = time.monotonic() + minutes * 60
         while time.monotonic() < deadline:
             state = ctx.job_state(job_id)
-            if state not in ("PENDING", "CONFIGURING", "RUNNING"):
+            if state not in LIVE_STATES:
                 raise BenchError(f"job {job_id} is {state or 'gone'} during the healthy run")
             await asyncio.sleep(5)
         status = await ctx.status(job_id)

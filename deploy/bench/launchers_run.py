@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from deploy.bench.context import BenchContext, BenchError, BenchOptions, read_lines, say, until
+from deploy.bench.context import (
+    ENDED_STATES,
+    BenchContext,
+    BenchError,
+    BenchOptions,
+    read_lines,
+    say,
+    until,
+)
 from deploy.bench.labparse import rebound_drained
 from deploy.bench.launchers import (
     FAULTS,
@@ -48,8 +56,6 @@ if TYPE_CHECKING:
     from workers.settings import Settings
 
 __all__ = ["LauncherOptions", "run_launcher", "run_launchers", "run_launchers_command"]
-
-_GONE = ("", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 
 
 class LauncherOptions(Frozen):
@@ -103,7 +109,7 @@ async def _wait_training(ctx: BenchContext, run_dir: Path, job_id: int, after: i
 
     async def trained() -> bool:
         state = ctx.job_state(job_id)
-        if state in _GONE:
+        if state in ENDED_STATES:
             raise BenchError(f"job {job_id} is {state or 'gone'} before the fault; see {run_dir}")
         ref = await asyncio.to_thread(_latest, run_dir)
         return state == "RUNNING" and ref is not None and ref.step is not None and ref.step > (after or 0)
@@ -273,7 +279,7 @@ async def _finish(ctx: BenchContext, job_id: int | None) -> None:
         ctx.slurm("scancel", str(job_id))
 
         async def gone() -> bool:
-            return ctx.job_state(job_id) in _GONE
+            return ctx.job_state(job_id) in ENDED_STATES
 
         await until(f"job {job_id} gone", 60.0, 0.5, gone)
     except (LabError, BenchError) as e:

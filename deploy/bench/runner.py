@@ -14,7 +14,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploy.bench.context import BenchContext, BenchError, BenchOptions, read_lines, say, until
+from deploy.bench.context import (
+    ENDED_STATES,
+    LIVE_STATES,
+    BenchContext,
+    BenchError,
+    BenchOptions,
+    read_lines,
+    say,
+    until,
+)
 from deploy.bench.labparse import parse_rank_log, rebound_drained
 from deploy.bench.scenarios import GroundTruth, Scenario, ground_truth
 from deploy.bench.scoring import RunResult, is_done, score_run
@@ -33,7 +42,7 @@ async def wait_training(ctx: BenchContext, run_dir: Path, job_id: int) -> None:
 
     async def trained() -> bool:
         state = ctx.job_state(job_id)
-        if state not in ("PENDING", "CONFIGURING", "RUNNING"):
+        if state not in LIVE_STATES:
             raise BenchError(f"job {job_id} is {state or 'gone'} before the fault; see {run_dir}/logs")
         attempts = parse_rank_log(read_lines(log))
         first = attempts[0] if attempts else None
@@ -75,7 +84,7 @@ async def _cleanup(ctx: BenchContext, job_id: int | None, scenario: Scenario, re
             say(f"scancel {job_id}: {e}")
 
         async def gone() -> bool:
-            return ctx.job_state(job_id) in ("", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL")
+            return ctx.job_state(job_id) in ENDED_STATES
 
         await until(f"job {job_id} gone", 60.0, 0.5, gone)
     node = record.node if record is not None else None

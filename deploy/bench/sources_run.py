@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploy.bench.context import BenchContext, BenchError, BenchOptions, say, until, write_json_report
+from deploy.bench.context import ENDED_STATES, BenchContext, BenchError, BenchOptions, say, until, write_json_report
 from deploy.bench.runner import wait_training
 from deploy.bench.scenarios import XID, pick_target
 from deploy.bench.sources import (
@@ -146,7 +146,7 @@ async def _cleanup(ctx: BenchContext, job_id: int | None, source: Source, node: 
             say(f"scancel {job_id}: {e}")
 
         async def gone() -> bool:
-            return ctx.job_state(job_id) in ("", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL")
+            return ctx.job_state(job_id) in ENDED_STATES
 
         await until(f"job {job_id} gone", 60.0, 0.5, gone)
     if source == "nvml" and node is not None:
