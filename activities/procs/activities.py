@@ -54,7 +54,6 @@ __all__ = ["ProcsActivities"]
 
 MAX_PARALLEL_DUMPS = 8
 """py-spy runs at once: a node has at most 8 GPUs, hence ranks, in the common case."""
-HEARTBEAT_EVERY_S = 1.0
 _VERSION_TIMEOUT_S = 5.0
 _MAX_ERROR_CHARS = 1000
 # A pausing read of these states waits on the kernel (D) or fails (T, t: py-spy cannot suspend them again).
@@ -141,11 +140,10 @@ class ProcsActivities:
             async with limit:
                 stack = await self._dump_one(binary, proc, params)
             done += 1
-            activity.heartbeat(done, total)
             return stack
 
         # A slow rank must not look dead: ``(done, total)`` heartbeats while the dumps run.
-        async with heartbeating(HEARTBEAT_EVERY_S, details=lambda: (done, total)):
+        async with heartbeating(details=lambda: (done, total)):
             dumped = await asyncio.gather(*(one(p) for p in listing.processes))
         return StackDumpResult(node=self._node, stacks=tuple(dumped), tool=tool, elapsed_s=time.monotonic() - started)
 
