@@ -49,31 +49,12 @@ from deploy.demo.checkpoint import (
 )
 from deploy.demo.common import RankEnv, RankInfo, RunPaths, atomic_write_json, log_line, utc_iso
 from deploy.demo.faults import FaultWatcher
+from deploy.demo.ports import port_slot, rendezvous_port
 from deploy.demo.procs import proc_start_ticks
 
 IN_FEATURES = 32
 HIDDEN = 64
-# Rendezvous ports: below the Linux ephemeral range (32768+) and clear of the lab's daemons (6817-6820,
-# 7233/8233, 17001+ for slurmd). Each job id owns PORT_RESTART_SLOTS consecutive ports, one per attempt.
-# Two labs on one host (make test's two test labs) hand out the same job ids: each lab's jobs get their own half
-# of the range, by PORT_SLOT_ENV (0 or 1; the lab that submits sets it), so two jobs 12 never meet on a port.
-PORT_BASE = 20000
-PORT_SPAN = 5000
-PORT_RESTART_SLOTS = 8
-PORT_SLOT_ENV = "REBOUND_DEMO_PORT_SLOT"
 DEFAULT_GLOO_TIMEOUT_S = 1800.0
-
-
-def rendezvous_port(job_id: int | None, restart: int, slot: int = 0) -> int:
-    """The TCP port of one attempt's rendezvous: distinct for consecutive attempts and consecutive jobs, and
-    between the two port slots."""
-    offset = ((job_id or 0) * PORT_RESTART_SLOTS + restart % PORT_RESTART_SLOTS) % PORT_SPAN
-    return PORT_BASE + slot * PORT_SPAN + offset
-
-
-def port_slot(environ: Mapping[str, str]) -> int:
-    """The lab's port slot from ``PORT_SLOT_ENV``: 0 unless set to 1."""
-    return 1 if environ.get(PORT_SLOT_ENV, "0").strip() == "1" else 0
 
 
 def rendezvous_address(env: RankEnv, environ: Mapping[str, str]) -> tuple[str, int]:

@@ -9,6 +9,7 @@ import pytest
 
 from deploy.demo import train
 from deploy.demo.common import RankEnv, RankInfo, gpu_index_for, log_line, utc_iso
+from deploy.demo.ports import PORT_SLOT_ENV, rendezvous_port
 from deploy.local.layout import LabLayout
 from tests.demo.conftest import STEP_LINE, Launcher
 
@@ -44,24 +45,11 @@ def test_gpu_index_prefers_physical_indexes() -> None:
     assert gpu_index_for(1, {}) == 1
 
 
-def test_rendezvous_port_depends_on_job_and_restart() -> None:
+def test_the_rendezvous_address_is_the_attempts_port_unless_the_job_names_one() -> None:
     env = RankEnv.from_environ({**SLURM_ENV, "SLURM_JOB_ID": "19"})
-    port0 = train.rendezvous_port(19, 0)
-    assert train.rendezvous_address(env, {}) == ("127.0.0.1", port0)
-    assert train.rendezvous_port(19, 1) != port0
-    assert train.rendezvous_port(20, 0) != port0
-    assert all(train.PORT_BASE <= train.rendezvous_port(j, r) < 30000 for j in range(2000) for r in range(5))
+    assert train.rendezvous_address(env, {}) == ("127.0.0.1", rendezvous_port(19, 0))
+    assert train.rendezvous_address(env, {PORT_SLOT_ENV: "1"}) == ("127.0.0.1", rendezvous_port(19, 0, 1))
     assert train.rendezvous_address(env, {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234"}) == ("10.0.0.1", 1234)
-
-
-def test_the_two_port_slots_never_share_a_port() -> None:
-    """Two labs on one host number their jobs alike: the second lab's slot keeps their ports apart."""
-    first = {train.rendezvous_port(j, r, 0) for j in range(1, 700) for r in range(8)}
-    second = {train.rendezvous_port(j, r, 1) for j in range(1, 700) for r in range(8)}
-    assert not first & second and max(second) < 30000
-    assert train.port_slot({}) == 0 and train.port_slot({train.PORT_SLOT_ENV: "1"}) == 1
-    env = RankEnv.from_environ({**SLURM_ENV, "SLURM_JOB_ID": "19"})
-    assert train.rendezvous_address(env, {train.PORT_SLOT_ENV: "1"}) == ("127.0.0.1", train.rendezvous_port(19, 0, 1))
 
 
 def test_log_line_format() -> None:
