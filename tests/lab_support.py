@@ -51,6 +51,7 @@ def test_lab_config() -> LabConfig:
         temporal_ui_port=8243 + step,
         temporal_tls_port=7244 + step,
         slurmrestd_tls_port=6831 + step,
+        demo_port_slot=slot,
     )
 
 

@@ -4,8 +4,9 @@ script asks it before torch is imported: ``python -m deploy.demo.ports torchrun`
 Every range lies below the Linux ephemeral range (32768+) and clear of the lab's daemons (6817-6820, 7233/8233,
 17001+ for slurmd). Each job id owns ``RESTART_SLOTS`` consecutive ports, one per attempt, so a requeued attempt
 never meets a lingering process (or c10d store) of the previous one. Two labs on one host (make test's two test
-labs) hand out the same job ids: each lab's jobs get their own half of every range, by ``PORT_SLOT_ENV`` (0 or 1;
-the lab that submits sets it), so two jobs 12 never meet on a port.
+labs) hand out the same job ids: each lab's jobs get their own half of every range, by ``PORT_SLOT_ENV`` (0 or 1:
+``LabConfig.demo_port_slot``, which the lab's Slurm environment hands to every job submitted with it), so two jobs 12
+never meet on a port.
 """
 
 from __future__ import annotations

@@ -39,6 +39,13 @@ class LabConfig(BaseSettings):
         5.0, gt=0, description="The lab worker's shortest interval between two stack samples of a silent job."
     )
     memory_mb: int = Field(4000, ge=100)
+    demo_port_slot: int = Field(
+        0,
+        ge=0,
+        le=1,
+        description="Which half of the demo jobs' rendezvous port ranges this lab's jobs use (deploy/demo/ports.py): "
+        "two labs on one host number their jobs alike, so each needs its own half (make test's second lab: 1).",
+    )
     slurmctld_port: int = Field(6817, ge=1024, le=65535)
     slurmd_port_base: int = Field(17001, ge=1024, le=65000)
     slurmrestd_port: int = Field(6820, ge=1024, le=65535)

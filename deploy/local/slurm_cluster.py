@@ -8,6 +8,7 @@ import os
 import stat
 from pathlib import Path
 
+from deploy.demo.ports import PORT_SLOT_ENV
 from deploy.local.config import LabConfig
 from deploy.local.node_check_lab import health_check_script
 from deploy.local.processes import (
@@ -38,8 +39,13 @@ class SlurmCluster:
 
     # ----- environment -------------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
-        """Environment for Slurm commands against this lab."""
-        return dict(os.environ, SLURM_CONF=str(self.lay.slurm_conf), PATH=sbin_path())
+        """Environment for Slurm commands against this lab (and for the jobs submitted with it: their port slot)."""
+        return dict(
+            os.environ,
+            SLURM_CONF=str(self.lay.slurm_conf),
+            PATH=sbin_path(),
+            **{PORT_SLOT_ENV: str(self.cfg.demo_port_slot)},
+        )
 
     def _bin(self, name: str) -> str:
         path = find_binary(name)

@@ -42,7 +42,7 @@ pids+=("$unit")
 
 if [ $# -eq 0 ]; then
     # The second lab's demo jobs take the other half of the rendezvous ports (both labs number jobs from 1).
-    REBOUND_TEST_LAB_SLOT=1 REBOUND_DEMO_PORT_SLOT=1 "$BIN/pytest" -q -p no:cacheprovider --durations=15 -m lab "${SECOND_LAB[@]}" \
+    REBOUND_TEST_LAB_SLOT=1 "$BIN/pytest" -q -p no:cacheprovider --durations=15 -m lab "${SECOND_LAB[@]}" \
         >"$lab2_log" 2>&1 &
     lab2=$!
     pids+=("$lab2")

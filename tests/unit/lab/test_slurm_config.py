@@ -69,3 +69,17 @@ def test_node_names_are_made_resolvable_once(tmp_path: Path) -> None:
     assert ensure_node_hosts(["n1", "n2", "n3"], hosts) == ["n1", "n3"]
     assert ensure_node_hosts(["n1", "n2", "n3"], hosts) == []  # idempotent
     assert hosts.read_text().splitlines()[-1] == f"127.0.0.1 n1 n3 {HOSTS_MARK}"
+
+
+def test_the_two_test_labs_hand_their_jobs_different_port_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs submitted with a lab's Slurm environment rendezvous in that lab's half of the demo port ranges."""
+    from deploy.demo.ports import PORT_SLOT_ENV
+    from deploy.local.slurm_cluster import SlurmCluster
+    from tests.lab_support import LAB_SLOT_ENV, test_lab_config
+
+    monkeypatch.setenv(PORT_SLOT_ENV, "1")  # an inherited value never decides: the lab's own config does
+    slots = []
+    for slot in ("0", "1"):
+        monkeypatch.setenv(LAB_SLOT_ENV, slot)
+        slots.append(SlurmCluster(test_lab_config()).env()[PORT_SLOT_ENV])
+    assert slots == ["0", "1"]
