@@ -105,12 +105,27 @@ def _excluded(ctx: BenchContext, job_id: int) -> tuple[str, ...]:
 
 
 async def _wait_training(ctx: BenchContext, run_dir: Path, job_id: int, after: int | None, timeout_s: float) -> None:
-    """Until the job runs and holds a valid checkpoint newer than step ``after`` (the one its restart loaded)."""
+    """Until the job runs and holds a valid checkpoint newer than step ``after`` (the one its restart loaded).
+
+    A job that ends before the fault while its JobRecovery is still at work is waited for: Rebound recovering an
+    unplanned failure (seen on the loaded lab: Slurm SIGTERMed a restarted torchrun step on the node it had just
+    left, 8-16 s after the requeue; ``docs/benchmarks/launchers.md``) is Rebound's job, not the bench's failure.
+    Only a job that ended with its JobRecovery finished or given up ends the run."""
+    noted: set[str] = set()
 
     async def trained() -> bool:
         state = ctx.job_state(job_id)
         if state in ENDED_STATES:
-            raise BenchError(f"job {job_id} is {state or 'gone'} before the fault; see {run_dir}")
+            status = await ctx.status(job_id)
+            if status is None or status.state.is_terminal():
+                recovery = status.state.value if status is not None else "not answering"
+                raise BenchError(
+                    f"job {job_id} is {state or 'gone'} before the fault (JobRecovery {recovery}); see {run_dir}"
+                )
+            if state not in noted:
+                noted.add(state)
+                say(f"job {job_id} is {state or 'gone'} before the fault; JobRecovery {status.state.value}: waiting")
+            return False
         ref = await asyncio.to_thread(_latest, run_dir)
         return state == "RUNNING" and ref is not None and ref.step is not None and ref.step > (after or 0)
 
