@@ -315,6 +315,17 @@ class WatchSettings(Section):
         "At least 1; with several workers, shards spread as the workers poll.",
     )
     resume_slots: int = Field(200, ge=1, le=10_000, description="Resume checks one worker may run at once.")
+    full_poll_every_s: float = Field(
+        5.0,
+        ge=0,
+        le=60,
+        description="A hub polls each job every poll_interval_s, but reads its new lines in full (decodes them, "
+        "folds the step lines into its progress, judges hangs and stragglers) only this often, and at once when "
+        "the job's files gained anything that may be a failure (any signature's text, non-ASCII, a replaced or "
+        "truncated file), or its scheduler record changed; between, a quiet poll only reads and tests the new bytes "
+        "(ADR 015, quiet polls). Progress verdicts (hang, straggler, stack samples) come up to this much later. 0: "
+        "every poll is a full one.",
+    )
     lease_s: float = Field(
         3600.0,
         ge=10,

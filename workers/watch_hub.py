@@ -56,10 +56,16 @@ def shard_queue_server(client: Client) -> ServeQueue:
 
 
 def build_watch_shards(
-    client: Client, snapshots: SnapshotCache, logs: LogPolicy, *, shared_feed: SchedulerReads | None = None
+    client: Client,
+    snapshots: SnapshotCache,
+    logs: LogPolicy,
+    *,
+    shared_feed: SchedulerReads | None = None,
+    full_poll_every_s: float = 0.0,
 ) -> WatchShardActivities:
     """The shard activity over the worker's one shared snapshot cache, signalling through the worker's client;
-    with ``shared_feed`` (the scheduler, for one-job confirmations) its hubs read the shared feed's views."""
+    with ``shared_feed`` (the scheduler, for one-job confirmations) its hubs read the shared feed's views;
+    ``full_poll_every_s``: ``watch.full_poll_every_s``."""
 
     async def deliver(workflow_id: str, event: WatchEvent) -> None:
         await rebound_workflows.signal_watch_event(client, workflow_id, event)
@@ -68,7 +74,13 @@ def build_watch_shards(
         await rebound_workflows.request_feed_resend(client, cluster, shard)
 
     return WatchShardActivities(
-        snapshots, logs, deliver, shard_queue_server(client), shared_feed=shared_feed, want_digest=want_digest
+        snapshots,
+        logs,
+        deliver,
+        shard_queue_server(client),
+        shared_feed=shared_feed,
+        want_digest=want_digest,
+        full_poll_every_s=full_poll_every_s,
     )
 
 

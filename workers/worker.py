@@ -120,7 +120,13 @@ async def _serve(settings: Settings, stop: asyncio.Event, telemetry: Telemetry) 
     )
     # Watching and resume checks on their own queues and slots: an action never waits behind a watch (ADR 015).
     shared = settings.watch.scheduler_feed == "shared"
-    shards = build_watch_shards(client, snapshots, logs, shared_feed=scheduler if shared else None)
+    shards = build_watch_shards(
+        client,
+        snapshots,
+        logs,
+        shared_feed=scheduler if shared else None,
+        full_poll_every_s=settings.watch.full_poll_every_s,
+    )
     feed = build_scheduler_feed(client, snapshots, task_queue=settings.temporal.task_queue) if shared else None
     others = watch_workers(client, settings, shards, watch, feed)
     tune_gc()  # everything above lives as long as the process (workers.gc_tuning)

@@ -25,15 +25,17 @@ from activities.logs.crash import scan, to_findings
 from activities.logs.heartbeat import heartbeat_times
 from activities.logs.job_logs import LogPolicy, log_patterns
 from activities.logs.line import Line, LogLine
+from activities.logs.peek import Peek
 from activities.logs.step_line import line_body, step_fields
-from activities.logs.tail import LogTail
+from activities.logs.tail import WAIT_PREFIX, LogTail, positions
+from workflows.domain.bounds import DEFAULT_MAX_BYTES_PER_FILE
 from workflows.domain.loop import JobWatchInput, JobWatchResult
 from workflows.domain.progress import ProgressState, Sample, aware, note_activity, observe
 from workflows.domain.slurm import ClusterSnapshot, SlurmJob
 from workflows.policy.attribution import block_rank_layout
 from workflows.policy.watch import WatchAction, WatchDecision, WatchFacts, decide_poll
 
-__all__ = ["JobWatcher", "PollStep", "WatchState", "progress_samples", "unresponsive"]
+__all__ = ["QUIET", "JobWatcher", "PollStep", "WatchState", "progress_samples", "unresponsive"]
 
 #: A job's log patterns are globbed again at most this often (and whenever its attempt, nodes or state change):
 #: a file that appears meanwhile is read from its start a poll or two later, no line lost.
@@ -45,9 +47,15 @@ _NODE_TOKEN = re.compile(r"(?<![\w.])node=([A-Za-z0-9][\w.-]{0,63})")
 FreshSnapshot = Callable[[], Awaitable[ClusterSnapshot]]
 
 
-def progress_samples(lines: Sequence[LogLine | Line], read_at: datetime, layout: dict[int, str]) -> list[Sample]:
+def progress_samples(
+    lines: Sequence[LogLine | Line],
+    read_at: datetime,
+    layout: dict[int, str],
+    seen_at: Callable[[str, int], datetime | None] | None = None,
+) -> list[Sample]:
     """The step lines among ``lines``, as progress samples: rank from the file or line, node from the file name's
-    ``%N``, a ``node=`` token, or the job's block layout; lines without their own time are stamped ``read_at``.
+    ``%N``, a ``node=`` token, or the job's block layout; lines without their own time are stamped when they were
+    first seen (``seen_at(path, offset)``: a quiet poll's look, ``activities.logs.peek``), else ``read_at``.
 
     Lines that name no rank count as rank 0's: a job whose only log is rank 0's stdout still shows progress
     (its hang window is then rank 0's; stragglers need per-rank lines). The values hold what ``ProgressSample``
@@ -62,7 +70,7 @@ def progress_samples(lines: Sequence[LogLine | Line], read_at: datetime, layout:
         rank = line.rank if line.rank is not None else 0
         token = _NODE_TOKEN.search(line.text) if not line.node else None
         node = line.node or (token.group(1) if token else "") or layout.get(rank, "")
-        at = line.at or read_at
+        at = line.at or (seen_at(line.path, line.offset) if seen_at is not None else None) or read_at
         samples.append(Sample(rank, node, mark.step, at, mark.step_time_s, mark.compute_time_s, mark.epoch))
     return samples
 
@@ -112,10 +120,15 @@ class WatchState:
 
 @dataclass(frozen=True)
 class PollStep:
-    """One poll's reading before any further scheduler call: the facts and the policy's decision on them."""
+    """One poll's reading before any further scheduler call: the facts and the policy's decision on them; a quiet
+    poll (``QUIET``: nothing that cannot wait until the next full poll) has no facts."""
 
-    facts: WatchFacts
+    facts: WatchFacts | None
     decision: WatchDecision
+
+
+#: A quiet poll's step: keep watching, nothing read into the job's state (``activities.logs.peek``).
+QUIET = PollStep(facts=None, decision=WatchDecision(action=WatchAction.KEEP_WATCHING))
 
 
 class JobWatcher:
@@ -128,7 +141,11 @@ class JobWatcher:
         state: WatchState,
         started: datetime,
         clock: Callable[[], float] = time.monotonic,
+        full_poll_every_s: float = 0.0,
     ) -> None:
+        """``full_poll_every_s``: between full polls this far apart, a poll is quiet unless the job's scheduler
+        record changed or its files gained something that cannot wait (``activities.logs.peek``); 0: every poll
+        is a full one (the per-job ``job_watch`` activity)."""
         self.inp = inp
         self.state = state
         self.started = started
@@ -145,26 +162,37 @@ class JobWatcher:
         self._kept: ProgressState | None = None
         self._heartbeat_overran: dict[str, str] = {}
         """Heartbeat patterns whose walk ran out of entries: globbed every poll, so remembered here, never again."""
-        """The progress the last decision kept watching with (``WatchFacts.progress_unchanged``)."""
+        self._full_every_s = full_poll_every_s
+        self._peek: Peek | None = None
+        """Armed by a full poll that may be followed by quiet ones; None: the next poll is a full one."""
+        self._peek_key: tuple[object, ...] = ()
+        self._full_at = 0.0
 
     def read(self, snap: ClusterSnapshot, now: datetime | None = None) -> PollStep:
-        """Read the job's new log lines against ``snap`` and decide (blocking file I/O: run it off the loop)."""
+        """Read the job's new log lines against ``snap`` and decide (blocking file I/O: run it off the loop); or,
+        between full polls, only look for what cannot wait (``QUIET`` when nothing did)."""
         inp, st = self.inp, self.state
         job = snap.job(inp.job_id)
         if job is not None and job.nodes:
             st.nodes = list(job.nodes)
+        down = tuple(unresponsive(snap, st.nodes))
+        if self._quiet(job, down, now):
+            st.polls += 1
+            return QUIET
         tail, rescan = self._tail_for(job)
+        seen = self._peek.seen_at if self._peek is not None else None
         lines, st.offsets = tail.read_lines(st.offsets, rescan=rescan)
         self._logs.report(inp.job_id, tail)
         now = now or datetime.now(UTC)
-        progress = self._track(job, st.progress or ProgressState(), lines, now)
+        progress = self._track(job, st.progress or ProgressState(), lines, now, seen)
         st.polls += 1
         st.progress = progress
+        self._arm(tail, job, down)
         facts = WatchFacts(
             now=now,
             job=job,
             findings=tuple(to_findings(scan(lines))),
-            unresponsive_nodes=tuple(unresponsive(snap, st.nodes)),
+            unresponsive_nodes=down,
             progress=progress,
             last_state=inp.last_state,
             last_restart_count=inp.last_restart_count,
@@ -176,6 +204,36 @@ class JobWatcher:
             progress_unchanged=progress is self._kept,
         )
         return PollStep(facts=facts, decision=decide_poll(facts))
+
+    def _quiet(self, job: SlurmJob | None, down: tuple[str, ...], now: datetime | None) -> bool:
+        """Whether this poll may be a quiet one: a peek is armed, its full poll is recent, the scheduler record and
+        the unresponsive nodes are as then, and the files gained nothing that cannot wait."""
+        peek = self._peek
+        if (
+            peek is None
+            or self._clock() - self._full_at >= self._full_every_s
+            or self._key(job, down) != self._peek_key
+        ):
+            return False
+        return peek.look(now or datetime.now(UTC)) is None
+
+    def _arm(self, tail: LogTail, job: SlurmJob | None, down: tuple[str, ...]) -> None:
+        """After a full poll: quiet polls may follow, unless some file's data waits for a later call's budget."""
+        offsets = self.state.offsets
+        if self._full_every_s <= 0 or any(k.startswith(WAIT_PREFIX) for k in offsets):
+            self._peek = None
+            return
+        self._peek = Peek(positions(offsets), tail.read_identities, DEFAULT_MAX_BYTES_PER_FILE)
+        self._peek_key = self._key(job, down)
+        self._full_at = self._clock()
+
+    @staticmethod
+    def _key(job: SlurmJob | None, down: tuple[str, ...]) -> tuple[object, ...]:
+        """What of the scheduler's record makes a poll a full one when it changes (it changes the tail's files, or
+        it is what the policy decides on)."""
+        if job is None:
+            return (None, down)
+        return (job.state, job.restart_count, job.start_time, job.nodes, job.user_id, job.standard_output, down)
 
     def _tail_for(self, job: SlurmJob | None) -> tuple[LogTail, bool]:
         """The job's tail, and whether to glob its patterns again: a new attempt, node set, state or owner makes a
@@ -199,6 +257,8 @@ class JobWatcher:
         """The poll's answer: a result to hand back, or None to poll again. ``fresh`` is the snapshot asked for
         when the decision was ``REFRESH_SCHEDULER`` (only victims' lines: did someone requeue or cancel it?)."""
         facts, decision = step.facts, step.decision
+        if facts is None:  # a quiet poll: nothing was read into the state
+            return None
         if decision.action is WatchAction.REFRESH_SCHEDULER and fresh is not None:
             facts = facts.model_copy(
                 update={
@@ -232,12 +292,18 @@ class JobWatcher:
         return self.settle(step, again)
 
     def _track(
-        self, job: SlurmJob | None, progress: ProgressState, lines: Sequence[Line], now: datetime
+        self,
+        job: SlurmJob | None,
+        progress: ProgressState,
+        lines: Sequence[Line],
+        now: datetime,
+        seen: Callable[[str, int], datetime | None] | None = None,
     ) -> ProgressState:
         """Fold this poll's step lines and heartbeat files into the job's progress state."""
         inp = self.inp
         task_count = job.task_count if job is not None else 0
-        progress = observe(progress, progress_samples(lines, now, block_rank_layout(self.state.nodes, task_count)), now)
+        layout = block_rank_layout(self.state.nodes, task_count)
+        progress = observe(progress, progress_samples(lines, now, layout, seen), now)
         if inp.heartbeat_patterns:
             beats = heartbeat_times(
                 inp.heartbeat_patterns,

@@ -32,7 +32,7 @@ from workflows.domain.gpu import GpuRecoveryAction
 from workflows.domain.incident import FailureClass
 from workflows.policy.xid_line import xid_line_facts
 
-__all__ = ["BENIGN", "BENIGN_NEEDS", "SIGNATURES", "benign", "match", "peel", "prepare"]
+__all__ = ["BENIGN", "BENIGN_NEEDS", "SIGNATURES", "benign", "lines_may_match", "match", "peel", "prepare"]
 
 SIGNATURES: tuple[Signature, ...] = tuple(sorted(ROWS, key=lambda s: -s.priority))
 """The table, highest priority first (rows of equal priority in the order written)."""
@@ -135,6 +135,32 @@ def match(body: str) -> SignatureMatch | None:
     return None
 
 
+def lines_may_match(text: str) -> bool:
+    """Whether any line of ``text`` (whole log lines, as written, joined by their line ends) could match a row.
+
+    False only when ``match`` finds nothing in the body of any of its lines, whatever their prefixes: the watch's
+    quiet polls skip a chunk of pure progress on this word (``activities.logs.peek``). A body is a slice of its line
+    once terminal codes are stripped, and a line of printable ASCII without ESC has none, so a hint in a body's
+    lower case is in the chunk's lower case; a row is tried only when one of its hints is there (no row is tried
+    always), and the one guarded hint (``loss``) is followed by its guard's test on each line that holds it (the
+    guard is true of a line whenever it is true of a slice of it). Anything else (non-ASCII, ESC) may match."""
+    if _ALWAYS_TRIED or not text.isascii() or "\x1b" in text:
+        return True
+    low = text.lower()
+    for hint in _hints_in(low):
+        guards = _GUARDS_OF_HINT[hint]
+        if guards is None:
+            return True
+        if any(any(guard(line) for guard in guards) for line in _lines_holding(low, hint)):
+            return True
+    return False
+
+
+def _lines_holding(low: str, hint: str) -> list[str]:
+    """Every line of ``low`` (ends: ``\n``, ``\r``) that holds ``hint``."""
+    return [line for line in low.replace("\r", "\n").split("\n") if hint in line]
+
+
 def benign(body: str) -> bool:
     """Whether ``body`` is known harmless chatter (``BENIGN``), tested by its texts first (``BENIGN_NEEDS``)."""
     return any(text in body for text in BENIGN_NEEDS) and BENIGN.search(body) is not None
@@ -214,6 +240,18 @@ def _loss_then_not_finite(low: str) -> bool:
 # once a hint made the row a candidate (the hint ``loss`` is in every step line that prints one).
 _GUARDS: dict[str, Callable[[str], bool]] = {"loss_not_finite": _loss_then_not_finite}
 _GUARD_OF: tuple[Callable[[str], bool] | None, ...] = tuple(_GUARDS.get(sig.id) for sig in SIGNATURES)
+
+
+def _guards_of_hints() -> dict[str, tuple[Callable[[str], bool], ...] | None]:
+    """For each hint, its rows' guards; None when one of its rows has none (the hint alone makes it a candidate)."""
+    out: dict[str, tuple[Callable[[str], bool], ...] | None] = {}
+    for hint, rows in _ROWS_OF_HINT.items():
+        guards = [_GUARD_OF[i] for i in rows]
+        out[hint] = None if any(g is None for g in guards) else tuple(g for g in guards if g is not None)
+    return out
+
+
+_GUARDS_OF_HINT = _guards_of_hints()
 
 
 def _resolve(sig: Signature, groups: dict[str, str], body: str) -> SignatureMatch:

@@ -78,6 +78,7 @@ __all__ = [
     "LogTail",
     "MAX_FILES",
     "Offsets",
+    "WAIT_PREFIX",
     "ZONELESS_SLACK",
     "positions",
     "predates",
@@ -88,7 +89,7 @@ Offsets = dict[str, int]
 _T = TypeVar("_T")
 
 _FP_PREFIX = "\x00crc:"
-_WAIT_PREFIX = "\x00wait:"
+WAIT_PREFIX = "\x00wait:"
 _SINCE = "\x00since"
 # How much of a file's start the anchoring reads for its first line's stamp.
 _PROBE = 4096
@@ -116,8 +117,7 @@ class LogTail:
         attempt_start: When the watched attempt of the job started (or, for a pending job, when Rebound first
             saw it): offsets not anchored yet are anchored to it (module docstring). None reads every file from 0
             and keeps every line (``rebound diagnose`` reads whole files).
-        hosts: The job's nodes: a torchrun per-worker file in a directory named after one is that node's
-            (``activities.logs.patterns``).
+        hosts: The job's nodes: a torchrun worker's file in a directory named after one is that node's (patterns).
         glob_entries: Directory entries one expansion of the patterns may visit (``logs.glob_max_entries``).
         max_files: Files the patterns may match (``logs.max_files``), at most ``MAX_FILES``.
         overran: Patterns whose walk ran out of entries, never walked again: the caller's dict when it builds a
@@ -150,6 +150,7 @@ class LogTail:
         self._glob_entries = glob_entries
         self._max_files = max(1, min(max_files, MAX_FILES))
         self._overran = overran if overran is not None else {}  # walks that ran out of entries: never again
+        self.read_identities: dict[str, tuple[int, int]] = {}  # (st_dev, st_ino) of what read_lines last read
 
     @property
     def patterns(self) -> tuple[str, ...]:
@@ -196,11 +197,9 @@ class LogTail:
         """Read the complete lines appended since ``offsets``; never raises for missing or odd files.
 
         Args:
-            offsets: What the previous call returned; ``{}`` to start every file at 0. Entries for files that
-                are gone, no longer match or are refused are carried over unchanged. Malformed values count
-                as 0.
-            max_bytes_per_file: At most this many new bytes are read from each file per call; the rest waits
-                for the next call.
+            offsets: What the previous call returned; ``{}`` to start every file at 0. Entries for files that are
+                gone, no longer match or are refused are carried over unchanged. Malformed values count as 0.
+            max_bytes_per_file: At most this many new bytes are read from each file per call; the rest waits.
             max_bytes_per_call: At most this many new bytes are read in all. Files are taken smallest backlog
                 first (a short traceback is not stuck behind a flood), but a file that had to wait last time
                 goes before all others, so none starves. A file is only read while its backlog or a whole
@@ -210,8 +209,8 @@ class LogTail:
                 costs far more than a stat, so a watcher of many jobs globs each only every few seconds.
 
         Returns:
-            The new lines, by path then offset, and the offsets to pass next time (a new dict). What was not
-            read and why is in ``refused`` afterwards.
+            The new lines, by path then offset, and the offsets to pass next time (a new dict); what was not read
+            and why is in ``refused`` afterwards (and what was, in ``read_identities``).
 
         Raises:
             TypeError: ``offsets`` is not a mapping, or a limit is not an integer (values below 1 count as 1).
@@ -259,7 +258,7 @@ class LogTail:
             files.add((info.st_dev, info.st_ino))
             offset = _as_offset(offsets.get(path))
             pending = info.st_size - offset if info.st_size >= offset else info.st_size
-            todo.append((_WAIT_PREFIX + path not in offsets, pending, path, pattern, info))
+            todo.append((WAIT_PREFIX + path not in offsets, pending, path, pattern, info))
 
         chunks: dict[str, tuple[LogPattern, Chunk]] = {}
         waiting: list[str] = []
@@ -298,10 +297,11 @@ class LogTail:
                 new_offsets[_FP_PREFIX + path] = chunk.fingerprint
             else:
                 new_offsets.pop(_FP_PREFIX + path, None)
-            new_offsets.pop(_WAIT_PREFIX + path, None)
+            new_offsets.pop(WAIT_PREFIX + path, None)
         for path in waiting:
-            new_offsets[_WAIT_PREFIX + path] = 1
+            new_offsets[WAIT_PREFIX + path] = 1
         self._refused = refused
+        self.read_identities = {path: (info.st_dev, info.st_ino) for _, _, path, _, info in todo if path in chunks}
         return lines, new_offsets
 
     def anchor(self, offsets: Mapping[str, int]) -> Offsets:

@@ -85,8 +85,11 @@ class Member:
 class ShardHub:
     """The members of one watch shard (see the module docstring)."""
 
-    def __init__(self, shard: int, logs: LogPolicy, lease_s: float) -> None:
+    def __init__(self, shard: int, logs: LogPolicy, lease_s: float, full_poll_every_s: float = 0.0) -> None:
+        """``full_poll_every_s``: each member reads its lines in full this often, quiet polls between
+        (``activities.logs.peek``); 0: every poll is a full one."""
         self.shard = shard
+        self._full_every_s = full_poll_every_s
         self.members: dict[str, Member] = {}
         self._logs = logs
         self._lease = timedelta(seconds=lease_s)
@@ -112,7 +115,8 @@ class ShardHub:
             if sub.seq < current.sub.seq:
                 return "stale"
         state = WatchState(offsets=dict(sub.watch.offsets), progress=sub.watch.progress)
-        self.members[sub.workflow_id] = Member(sub, JobWatcher(sub.watch, self._logs, state, started=now), now)
+        watcher = JobWatcher(sub.watch, self._logs, state, started=now, full_poll_every_s=self._full_every_s)
+        self.members[sub.workflow_id] = Member(sub, watcher, now)
         self.changed = True
         return "added" if current is None else "replaced"
 
@@ -241,10 +245,19 @@ class ShardHub:
         return kept
 
     @classmethod
-    def restore(cls, last: object, shard: int, logs: LogPolicy, lease_s: float, now: datetime) -> ShardHub:
+    def restore(
+        cls,
+        last: object,
+        shard: int,
+        logs: LogPolicy,
+        lease_s: float,
+        now: datetime,
+        *,
+        full_poll_every_s: float = 0.0,
+    ) -> ShardHub:
         """The hub a previous attempt heartbeated (``details``), or an empty one; a member that does not read back
         (an older worker's shape) is left out: its JobRecovery's lease renewal brings it back."""
-        hub = cls(shard, logs, lease_s)
+        hub = cls(shard, logs, lease_s, full_poll_every_s)
         if not isinstance(last, dict) or last.get("v") != _DETAILS_VERSION or not isinstance(last.get("packed"), str):
             return hub
         try:
@@ -263,7 +276,7 @@ class ShardHub:
                 )
                 started = datetime.fromisoformat(entry["started"])
                 pending = WatchEvent.model_validate(entry["pending"]) if "pending" in entry else None
-                watcher = JobWatcher(sub.watch, logs, state, started=started)
+                watcher = JobWatcher(sub.watch, logs, state, started=started, full_poll_every_s=full_poll_every_s)
                 hub.members[str(key)] = Member(sub, watcher, now, pending)
         return hub
 

@@ -70,10 +70,13 @@ class WatchShardActivities:
         *,
         shared_feed: SchedulerReads | None = None,
         want_digest: WantDigest | None = None,
+        full_poll_every_s: float = 0.0,
     ) -> None:
         """``shared_feed``: with the shared scheduler feed (``watch.scheduler_feed = shared``), the scheduler for the
         one-job reads that confirm a state change; the hub then reads its shard's view, not ``snapshots``, and asks for
-        its mailbox's last digest when it starts (``want_digest``)."""
+        its mailbox's last digest when it starts (``want_digest``). ``full_poll_every_s``: its hubs' members read
+        their lines in full this often, quiet polls between (``activities.logs.peek``)."""
+        self._full_poll_every_s = full_poll_every_s
         self._snapshots = snapshots
         self._direct = shared_feed
         self._want_digest = want_digest
@@ -89,7 +92,14 @@ class WatchShardActivities:
         """Run the shard's hub until cancelled (worker shutdown) or this worker dies (see the module docstring)."""
         details = activity.info().heartbeat_details
         now = datetime.now(UTC)
-        hub = ShardHub.restore(details[-1] if details else None, inp.shard, self._logs, inp.lease_s, now)
+        hub = ShardHub.restore(
+            details[-1] if details else None,
+            inp.shard,
+            self._logs,
+            inp.lease_s,
+            now,
+            full_poll_every_s=self._full_poll_every_s,
+        )
         attempt = activity.info().attempt
         log.info("shard %s: running (attempt %s, %d members restored)", inp.shard, attempt, len(hub.members))
         self.hubs[inp.shard] = hub

@@ -9,7 +9,8 @@ are paced at ``--interval`` (1 s) where they take less, so the every-few-seconds
 production. Per N it reports the hubs' CPU per job per poll (``time.process_time`` around the polls only: the
 writing is not counted) after ``--warmup`` polls (64 or more fill each rank's timing rings, as a job running for
 minutes has them), the cores that makes at one poll per interval, and the top of a cProfile of the polls.
-The garbage collector is set as the worker sets it (``--gc default``: CPython's own settings).
+The garbage collector is set as the worker sets it (``--gc default``: CPython's own settings), and so are quiet polls
+(``--full-every``, ``watch.full_poll_every_s``; 0: every poll a full one, as before stop 24).
 Every poll must find no result: a healthy job never returns (a finding would be a false incident).
 """
 
@@ -32,6 +33,7 @@ from activities.logs.watch_hub import ShardHub
 from deploy.scale.cluster import opt_in_comment
 from deploy.scale.logwriter import rank_file, step_line
 from workers.gc_tuning import tune_gc
+from workers.settings import WatchSettings
 from workflows.domain.loop import JobWatchInput
 from workflows.domain.slurm import ClusterSnapshot, JobState, NodeBaseState, SlurmJob, SlurmNode
 from workflows.domain.watch_hub import WatchSubscription
@@ -79,17 +81,19 @@ def measure(
     root: Path,
     warmup: int = 3,
     lines_every: int = 1,
+    full_every: float = 0.0,
 ) -> dict[str, Any]:
     """Run ``polls`` paced polls of ``jobs`` jobs after ``warmup`` ones; every ``lines_every``-th poll finds a new
     step line per rank (1: every poll; more: the polls between find nothing new, as a job stepping slower than the
-    poll interval); the figures (module docstring)."""
+    poll interval); ``full_every``: ``watch.full_poll_every_s`` (quiet polls between full ones); the figures
+    (module docstring)."""
     shutil.rmtree(root, ignore_errors=True)
     for i in range(jobs):
         (root / f"job-{FIRST_JOB + i}").mkdir(parents=True)
     started = datetime.now(UTC) - timedelta(seconds=5)
     _write_steps(root, jobs, ranks, 0)  # the files exist before the watch starts (read from 0: born in the attempt)
     snap = _snapshot(jobs, ranks, started)
-    hubs = [ShardHub(k, LogPolicy(), lease_s=3600) for k in range(shards)]
+    hubs = [ShardHub(k, LogPolicy(), lease_s=3600, full_poll_every_s=full_every) for k in range(shards)]
     pattern = opt_in_comment(str(root)).removeprefix("rebound: logs=")
     for i in range(jobs):
         job_id = FIRST_JOB + i
@@ -116,6 +120,11 @@ def measure(
             cpu += time.process_time() - c0
         profile.disable()
         time.sleep(max(0.0, interval - (time.monotonic() - began)))
+    if full_every > 0:  # one full poll more (not counted), so that every line written is folded before the count
+        time.sleep(full_every)
+        for hub in hubs:
+            for key, step in hub.read_all(snap, datetime.now(UTC)):
+                results += hub.settle(key, step, None) is not None
     counted = ignored = 0
     for hub in hubs:
         for member in hub.members.values():
@@ -134,6 +143,7 @@ def measure(
         "polls": polls,
         "warmup": warmup,
         "lines_every": lines_every,
+        "full_poll_every_s": full_every,
         "cpu_ms_per_job_poll": round(per_job_ms, 4),
         "cores_at_interval": round(per_job_ms * jobs / 1000 / interval, 3),
         "results": results,
@@ -154,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3, help="polls before the measured ones (64+: full rings)")
     parser.add_argument(
         "--lines-every", type=int, default=1, help="a step line per rank every this many polls (1: every poll)"
+    )
+    parser.add_argument(
+        "--full-every",
+        type=float,
+        default=WatchSettings.model_fields["full_poll_every_s"].default,
+        help="watch.full_poll_every_s: full polls this far apart, quiet ones between (0: every poll full)",
     )
     parser.add_argument("--root", type=Path, default=Path("/dev/shm/rebound-hub-cpu"))
     parser.add_argument("--json", type=Path, default=None, help="write the runs here")
@@ -182,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             root=args.root,
             warmup=args.warmup,
             lines_every=max(1, args.lines_every),
+            full_every=args.full_every,
         )
         runs.append(run)
         print(

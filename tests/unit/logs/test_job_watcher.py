@@ -40,10 +40,12 @@ async def test_new_files_are_found_at_the_next_glob_and_read_from_their_start(tm
     _line(first, "step line")
     clock[0] += job_watcher.GLOB_EVERY_S / 2
     step = watcher.read(snap)  # the known file is read; the new one waits for the next glob
+    assert step.facts is not None
     assert str(late) not in watcher.state.offsets and step.facts.findings == ()
     clock[0] += job_watcher.GLOB_EVERY_S
     step = watcher.read(snap)
     assert watcher.state.offsets[str(late)] == late.stat().st_size
+    assert step.facts is not None
     assert [f.kind.value for f in step.facts.findings] != []  # its first line was read: nothing lost
 
 
