@@ -139,6 +139,7 @@ def submit_demo(
     opt_in: bool = True,
     launcher: str = "srun",
     trainer: str = "demo",
+    budget: int | None = None,
 ) -> int:
     """Create the run's directories and submit the demo job; returns the Slurm job id.
 
@@ -161,6 +162,7 @@ def submit_demo(
         launcher: ``srun`` (one task per rank, a log file per rank) or ``torchrun`` (torchrun under srun, one
             task per node, ``tasks_per_node`` workers each, everything in ``slurm-%j.out``).
         trainer: ``demo`` (``deploy.demo.train``), ``lightning`` or ``hf`` (``TRAINER_SCRIPTS``).
+        budget: the comment's ``budget=`` (restarts Rebound may make); None: Rebound's default.
 
     Raises:
         ValueError: invalid run name, or unknown trainer.
@@ -170,7 +172,7 @@ def submit_demo(
     paths.ensure()
     if opt_in:
         logs = torchrun_log(layout, run) if launcher == "torchrun" else f"{paths.logs}/job-%j-*.log"
-        spec = f"rebound: ckpt={paths.checkpoints};logs={logs}"
+        spec = f"rebound: ckpt={paths.checkpoints};logs={logs}" + (f";budget={budget}" if budget is not None else "")
         extra_sbatch_args = (f"--comment={spec}", *extra_sbatch_args)
     cmd = sbatch_command(
         layout,

@@ -154,3 +154,12 @@ def test_submit_demo_under_torchrun_runs_one_task_per_node_into_slurm_out(tmp_pa
     assert job_env["REBOUND_NPROC"] == "2"
     with pytest.raises(ValueError, match="launcher"):
         submit.sbatch_command(layout, "t1", launcher="mpirun")
+
+
+def test_a_budget_travels_in_the_opt_in_comment(tmp_path: Path) -> None:
+    layout = LabLayout(tmp_path / "lab")
+    sbatch = _script(tmp_path / "sbatch", FAKE_SBATCH)
+    env = {"PATH": os.environ["PATH"], "FAKE_DIR": str(tmp_path)}
+    submit.submit_demo(layout, "b1", env=env, sbatch=str(sbatch), budget=10)
+    comment = next(a for a in (tmp_path / "args").read_text().splitlines() if a.startswith("--comment="))
+    assert comment.endswith(";budget=10") and "logs=" in comment
