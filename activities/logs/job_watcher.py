@@ -26,6 +26,7 @@ from activities.logs.heartbeat import heartbeat_times
 from activities.logs.job_logs import LogPolicy, log_patterns
 from activities.logs.line import Line, LogLine
 from activities.logs.peek import Peek
+from activities.logs.signatures import lines_may_match
 from activities.logs.step_line import line_body, step_fields
 from activities.logs.tail import WAIT_PREFIX, LogTail, positions
 from workflows.domain.bounds import DEFAULT_MAX_BYTES_PER_FILE
@@ -35,7 +36,7 @@ from workflows.domain.slurm import ClusterSnapshot, SlurmJob
 from workflows.policy.attribution import block_rank_layout
 from workflows.policy.watch import WatchAction, WatchDecision, WatchFacts, decide_poll
 
-__all__ = ["QUIET", "JobWatcher", "PollStep", "WatchState", "progress_samples", "unresponsive"]
+__all__ = ["QUIET", "JobWatcher", "PollStep", "WatchState", "progress_samples", "suspect_lines", "unresponsive"]
 
 #: A job's log patterns are globbed again at most this often (and whenever its attempt, nodes or state change):
 #: a file that appears meanwhile is read from its start a poll or two later, no line lost.
@@ -73,6 +74,22 @@ def progress_samples(
         at = line.at or (seen_at(line.path, line.offset) if seen_at is not None else None) or read_at
         samples.append(Sample(rank, node, mark.step, at, mark.step_time_s, mark.compute_time_s, mark.epoch))
     return samples
+
+
+def suspect_lines(lines: Sequence[Line]) -> list[Line]:
+    """The lines of every file whose new lines could hold a failure (``signatures.lines_may_match``), in order: the
+    crash reader's context (a traceback's code line, an ignored exception, the checkpoint a rank loaded) is kept per
+    file, so a file none of whose lines can match gives it nothing to find and nothing to carry to another file.
+    Most polls of a training job hold only progress: the scan is skipped for them."""
+    kept: list[Line] = []
+    start = 0
+    for end in range(1, len(lines) + 1):
+        if end == len(lines) or lines[end].path != lines[start].path:
+            group = lines[start:end]
+            if lines_may_match("\n".join(line.text for line in group)):
+                kept.extend(group)
+            start = end
+    return kept
 
 
 def unresponsive(snapshot: ClusterSnapshot, nodes: Sequence[str]) -> list[str]:
@@ -191,7 +208,7 @@ class JobWatcher:
         facts = WatchFacts(
             now=now,
             job=job,
-            findings=tuple(to_findings(scan(lines))),
+            findings=tuple(to_findings(scan(suspect_lines(lines)))),
             unresponsive_nodes=down,
             progress=progress,
             last_state=inp.last_state,

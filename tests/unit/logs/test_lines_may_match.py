@@ -5,15 +5,19 @@ crash reader the watch runs; and it clears the progress lines a healthy job prin
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from activities.logs import crash
+from activities.logs.crash import to_findings
+from activities.logs.job_watcher import suspect_lines
 from activities.logs.line import decode
 from activities.logs.signatures import lines_may_match, match, prepare
+from activities.logs.tail import LogTail
 from deploy.scale.logwriter import crash_lines, step_line
-from tests.unit.logs.line_corpus import corpus_lines, generated_lines
+from tests.unit.logs.line_corpus import corpus_files, corpus_lines, generated_lines, generated_logs
 
 
 def _findings(lines: list[str]) -> list[crash.CrashFinding]:
@@ -57,3 +61,34 @@ def test_progress_is_cleared_and_failures_are_not() -> None:
     assert lines_may_match(steps + "[INFO] step=9 loss=nan\n")
     assert lines_may_match("caf\u00e9 step=1\n")  # non-ASCII: not cleared
     assert lines_may_match("\x1b[31mstep=1\x1b[0m\n")  # terminal codes: not cleared
+
+
+def test_scanning_only_the_suspect_files_finds_what_scanning_all_finds(tmp_path: Path) -> None:
+    """The watch scans only the files whose new lines may match (``suspect_lines``): the same findings, in the same
+    order, as scanning every line, on every test log and on generated logs, read together by one tail."""
+    files = [*corpus_files()]
+    for i, data in enumerate(generated_logs()):
+        path = tmp_path / f"gen-{i}.log"
+        path.write_bytes(data)
+        files.append(path)
+    for start in range(0, len(files), 7):  # several files per read, as a job's ranks are
+        group = tmp_path / f"g{start}"
+        group.mkdir()
+        for n, src in enumerate(files[start : start + 7]):
+            (group / f"rank-{n}.log").write_bytes(src.read_bytes())
+        lines, _ = LogTail([str(group / "rank-%t.log")]).read_lines({})
+        assert to_findings(crash.scan(suspect_lines(lines))) == to_findings(crash.scan(lines))
+    assert any(not lines_may_match(line) for line in generated_lines())  # and some files are skipped
+
+
+def test_a_file_is_scanned_whole_so_a_tracebacks_code_line_keeps_its_context(tmp_path: Path) -> None:
+    """A traceback's ``File`` line holds no signature text, its code line does: the code line is not a finding
+    because of the line before it, so a suspect file is scanned with all its lines, not only the suspect ones."""
+    (tmp_path / "rank-0.log").write_text(
+        "step=1 loss=0.5\n"
+        '  File "/opt/train.py", line 9, in step\n'
+        '    raise RuntimeError("CUDA error: an illegal memory access was encountered")\n'
+    )
+    lines, _ = LogTail([str(tmp_path / "rank-%t.log")]).read_lines({})
+    assert crash.scan(lines) == []  # the code line is context, not a crash
+    assert crash.scan(suspect_lines(lines)) == []
