@@ -35,6 +35,12 @@ class LabConfig(BaseSettings):
         description="The lab worker's hang window for a job without step lines before its checkpoint cadence is "
         "learned (production: 1800 s); such a job is sampled at a quarter of its window.",
     )
+    full_poll_every_s: float = Field(
+        2.0,
+        ge=0,
+        description="The lab worker's full polls (production: 5 s, quiet polls between): the lab's promises are "
+        "counted in its demo steps of 0.2-0.5 s (a straggler reported within ten steps), as its hang floor is.",
+    )
     silent_sample_min_s: float = Field(
         5.0, gt=0, description="The lab worker's shortest interval between two stack samples of a silent job."
     )

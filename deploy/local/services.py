@@ -46,6 +46,7 @@ class ReboundServices:
             REBOUND_DETECTION__RESTART_BACKOFF_S=json.dumps(list(self.cfg.restart_backoff_s)),
             REBOUND_DETECTION__HANG__SILENT_DEFAULT_S=str(self.cfg.silent_default_s),
             REBOUND_DETECTION__SILENT_SAMPLE_MIN_S=str(self.cfg.silent_sample_min_s),
+            REBOUND_WATCH__FULL_POLL_EVERY_S=str(self.cfg.full_poll_every_s),
             # Jobs' logs are read only inside the lab (where the demo writes them), and only their user's files.
             REBOUND_WATCH__LOG_ROOTS=json.dumps([str(self.lay.state_dir.resolve())]),
             # The lab acts (production starts in observe mode); its operator is whoever runs it (the Unix user, as
