@@ -21,8 +21,10 @@ Rules, strongest first (the first that applies decides; the rest of the evidence
    modest confidence. Peers that only report a broken connection are victims, never culprits.
 8. A hang (no rank made progress for the job's window): the rank that stopped first and the ranks whose stacks
    differ are suspects; no node is implicated unless a rank is stuck in the kernel (``workflows.policy.implicit``).
-9. Only victims, and ranks that went silent without a word: the node of the silent ranks, low confidence (below
-   the Fleet's approval threshold: excluded from the job's next placement, drained only with an operator's yes).
+9. Only victims, among them peers that lost their connections, and ranks that went silent without a word: the
+   node of the silent ranks, low confidence (below the Fleet's approval threshold: excluded from the job's next
+   placement, drained only with an operator's yes). Victims that were only stopped (srun's "Terminated" on every
+   rank, a cancelled step) say nothing about a node: rule 10.
 10. Nothing conclusive: unknown; restart without excluding anyone.
 
 Each verdict names the kind of evidence it rests on (``Attribution.basis``), and ``attribute`` ends with the
@@ -106,7 +108,9 @@ def _verdict(facts: AttributionFacts) -> Attribution:
     if facts.hang is not None:
         return attribute_hang(facts.hang, facts.odd_ranks, facts.processes, facts.stack_summary)
     victims = [f for f in ordered if not f.culprit]
-    if victims:
+    # Silence implicates a node only when peers said they lost it: ranks that were all stopped from outside (a
+    # step cancelled: every rank "Terminated", no connection error) went quiet because they were told to.
+    if any(f.kind == FindingKind.COMM_ERROR for f in victims):
         silent = _silent_nodes(facts)
         if silent:
             # Silence is weak evidence: the activity first waits for the scheduler to confirm a dead node (then

@@ -88,6 +88,21 @@ def test_gloo_errors_alone_are_not_a_user_bug() -> None:
     assert a.cause == "ranks-vanished" and "n2" in a.explanation and a.confidence < 0.5
 
 
+def test_ranks_stopped_from_outside_implicate_no_node_however_quiet() -> None:
+    """A cancelled step (the lab saw one 10 s into a hang): every rank "Terminated", no peer lost a connection.
+    The quiet node is not named: its ranks went quiet because they were told to stop."""
+    stopped = [
+        LogFinding(kind="terminated", rank=2, order=0, text="srun: error: n2: task 2: Terminated", node="n2"),
+        LogFinding(kind="terminated", rank=0, order=1, text="srun: error: n1: task 0: Terminated", node="n1"),
+    ]
+    a = attribute(facts(findings=stopped, ranks_logging=[2, 3]))
+    assert (a.cause, a.implicated_nodes) == ("unknown", ())
+    # The same quiet node with a peer's connection error is rule 9's weak suspicion, as before.
+    lost = LogFinding(kind="comm_error", rank=2, order=2, text="RuntimeError: Connection closed by peer")
+    weak = attribute(facts(findings=[*stopped, lost], ranks_logging=[2, 3]))
+    assert (weak.cause, weak.implicated_nodes) == ("ranks-vanished", ("n1",))
+
+
 def test_nothing_conclusive_restarts_without_exclusion() -> None:
     a = attribute(facts())
     assert a.retryable and a.implicated_nodes == () and a.cause == "unknown"
