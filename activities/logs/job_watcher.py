@@ -25,7 +25,7 @@ from activities.logs.crash import scan, to_findings
 from activities.logs.heartbeat import heartbeat_times
 from activities.logs.job_logs import LogPolicy, log_patterns
 from activities.logs.line import Line, LogLine
-from activities.logs.peek import Peek
+from activities.logs.peek import Peek, directory_times, watched_directories
 from activities.logs.signatures import lines_may_match
 from activities.logs.step_line import line_body, step_fields
 from activities.logs.tail import WAIT_PREFIX, LogTail, positions
@@ -196,15 +196,20 @@ class JobWatcher:
         if self._quiet(job, down, now):
             st.polls += 1
             return QUIET
-        tail, rescan = self._tail_for(job)
+        # A quiet poll's look that found a file added or removed asks for this glob at once.
+        tail, rescan = self._tail_for(job, glob_now=self._peek is not None and self._peek.directory_changed)
         seen = self._peek.seen_at if self._peek is not None else None
+        # Taken before the glob: a file created while this poll reads changes them after, so the next look sees it.
+        directories = (
+            directory_times(watched_directories(tail.patterns, tail.read_identities)) if self._full_every_s > 0 else {}
+        )
         lines, st.offsets = tail.read_lines(st.offsets, rescan=rescan)
         self._logs.report(inp.job_id, tail)
         now = now or datetime.now(UTC)
         progress = self._track(job, st.progress or ProgressState(), lines, now, seen)
         st.polls += 1
         st.progress = progress
-        self._arm(tail, job, down)
+        self._arm(tail, job, down, directories)
         facts = WatchFacts(
             now=now,
             job=job,
@@ -234,13 +239,19 @@ class JobWatcher:
             return False
         return peek.look(now or datetime.now(UTC)) is None
 
-    def _arm(self, tail: LogTail, job: SlurmJob | None, down: tuple[str, ...]) -> None:
-        """After a full poll: quiet polls may follow, unless some file's data waits for a later call's budget."""
+    def _arm(
+        self, tail: LogTail, job: SlurmJob | None, down: tuple[str, ...], directories: dict[str, int | None]
+    ) -> None:
+        """After a full poll: quiet polls may follow, unless some file's data waits for a later call's budget.
+        ``directories``: their mtimes before the poll globbed; a directory only this poll's files are in is
+        looked at now."""
         offsets = self.state.offsets
         if self._full_every_s <= 0 or any(k.startswith(WAIT_PREFIX) for k in offsets):
             self._peek = None
             return
-        self._peek = Peek(positions(offsets), tail.read_identities, DEFAULT_MAX_BYTES_PER_FILE)
+        new = watched_directories(tail.patterns, tail.read_identities) - directories.keys()
+        directories = {**directories, **directory_times(new)}
+        self._peek = Peek(positions(offsets), tail.read_identities, DEFAULT_MAX_BYTES_PER_FILE, directories)
         self._peek_key = self._key(job, down)
         self._full_at = self._clock()
 
@@ -252,9 +263,9 @@ class JobWatcher:
             return (None, down)
         return (job.state, job.restart_count, job.start_time, job.nodes, job.user_id, job.standard_output, down)
 
-    def _tail_for(self, job: SlurmJob | None) -> tuple[LogTail, bool]:
+    def _tail_for(self, job: SlurmJob | None, glob_now: bool = False) -> tuple[LogTail, bool]:
         """The job's tail, and whether to glob its patterns again: a new attempt, node set, state or owner makes a
-        new tail (new files appear then), else every ``GLOB_EVERY_S``."""
+        new tail (new files appear then), else every ``GLOB_EVERY_S`` or when ``glob_now``."""
         key = (
             (job.state, job.restart_count, job.start_time, job.nodes, job.user_id, job.standard_output)
             if job is not None
@@ -265,7 +276,7 @@ class JobWatcher:
             patterns = log_patterns(self.inp.log_patterns, job, self.inp.job_id)
             self._tail, self._tail_key, self._globbed_at = self._logs.tail(patterns, job, self.inp.job_id), key, clock
             return self._tail, True
-        if clock - self._globbed_at >= GLOB_EVERY_S:
+        if glob_now or clock - self._globbed_at >= GLOB_EVERY_S:
             self._globbed_at = clock
             return self._tail, True
         return self._tail, False

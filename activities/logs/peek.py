@@ -12,6 +12,12 @@ due (``watch.full_poll_every_s``), each poll only asks the ``Peek`` whether anyt
   and tested at once by ``signatures.lines_may_match``: a chunk that could hold a failure line (or that is not
   plain ASCII, or larger than a full poll may read, or a file that was replaced, truncated or cannot be read) makes
   this poll a full one;
+* the directories the job's files are in, and those its patterns name, are looked at too (``stat``): a changed
+  mtime means a file was added or removed there, say a new rank's log, so the poll is a full one that globs the
+  patterns again (``directory_changed``). The mtimes are the ones taken before the full poll globbed, so a file
+  created while it read is not missed. A new file in an unchanged directory (a create within the directory's mtime
+  tick, a filesystem that caches directory attributes, a pattern's deeper directory) waits for the regular glob of
+  a full poll, as it did without this look;
 * a chunk cleared so only advances the peek's own positions; the job's offsets and progress stay where the last
   full poll left them, so the next full poll reads those lines again and folds them then (a takeover re-reads them
   too: nothing is lost or counted twice);
@@ -25,15 +31,41 @@ Nothing here decides anything: "look now" (a reason) or "nothing that cannot wai
 from __future__ import annotations
 
 import bisect
+import glob
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from activities.logs.signatures import lines_may_match
 
-__all__ = ["Peek"]
+__all__ = ["Peek", "directory_times", "watched_directories"]
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def watched_directories(patterns: Iterable[str], paths: Iterable[str]) -> set[str]:
+    """The directories a new file of the job would appear in: those its files are in, and each pattern's deepest
+    directory without a wildcard or an srun placeholder (``%t``, ``%N``)."""
+    directories = {os.path.dirname(path) or "." for path in paths}
+    for pattern in patterns:
+        fixed: list[str] = []
+        for part in pattern.split("/")[:-1]:
+            if glob.has_magic(part) or "%" in part:
+                break
+            fixed.append(part)
+        directories.add("/".join(fixed) or ("/" if pattern.startswith("/") else "."))
+    return directories
+
+
+def directory_times(directories: Iterable[str]) -> dict[str, int | None]:
+    """Each directory's mtime (ns), None for one that does not exist or cannot be looked at."""
+    times: dict[str, int | None] = {}
+    for directory in directories:
+        try:
+            times[directory] = os.stat(directory).st_mtime_ns
+        except OSError:
+            times[directory] = None
+    return times
 
 
 class Peek:
@@ -44,16 +76,30 @@ class Peek:
         identities: ``{path: (st_dev, st_ino)}`` of the files that poll read: a path now naming another file is a
             reason to look in full (its access checks, its fingerprint).
         max_bytes: More new bytes than this in one file (a full poll's per-file budget) is a reason too.
+        directories: ``directory_times`` of the directories to look at, taken before the full poll globbed.
     """
 
-    def __init__(self, positions: Mapping[str, int], identities: Mapping[str, tuple[int, int]], max_bytes: int) -> None:
+    def __init__(
+        self,
+        positions: Mapping[str, int],
+        identities: Mapping[str, tuple[int, int]],
+        max_bytes: int,
+        directories: Mapping[str, int | None] | None = None,
+    ) -> None:
         self._files = {path: (identities[path], offset) for path, offset in positions.items() if path in identities}
         self._start = {path: offset for path, (_, offset) in self._files.items()}
         self._max_bytes = max_bytes
+        self._directories = dict(directories or {})
         self._seen: dict[str, tuple[list[int], list[datetime]]] = {}
+        self.directory_changed = False
+        """Set by the look that found a directory changed: the full poll it asks for must glob again."""
 
     def look(self, now: datetime) -> str | None:
         """Read what every file gained; a reason for a full poll now, or None (``now``: when it was seen)."""
+        for directory, mtime in directory_times(self._directories).items():
+            if mtime != self._directories[directory]:
+                self.directory_changed = True
+                return f"{directory}: a file was added or removed"
         for path, (identity, offset) in self._files.items():
             try:
                 info = os.stat(path)

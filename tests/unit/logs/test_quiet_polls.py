@@ -13,7 +13,7 @@ import pytest
 
 from activities.logs.job_logs import LogPolicy
 from activities.logs.job_watcher import QUIET, JobWatcher, PollStep, WatchState
-from activities.logs.peek import Peek
+from activities.logs.peek import Peek, watched_directories
 from tests.fakes.scheduler import FakeScheduler
 from workflows.domain.loop import JobWatchInput
 from workflows.domain.slurm import ClusterSnapshot, JobState
@@ -134,6 +134,29 @@ async def test_an_odd_file_makes_the_poll_a_full_one(tmp_path: Path, change: str
     else:
         target.unlink()
     assert (await job.poll()) is not QUIET
+
+
+async def test_a_new_file_makes_the_poll_a_full_one_that_reads_it(tmp_path: Path) -> None:
+    """A rank whose log appears between full polls (a late rank, a new attempt's file): its crash line is read at
+    the next poll, not at the next full poll's glob."""
+    job = Job(tmp_path)
+    job.steps()
+    await job.poll()
+    late = tmp_path / f"job-{job.job.job_id}-rank-2.log"
+    late.write_text("RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    step = await job.poll()
+    assert step is not QUIET and step.facts is not None and step.facts.findings
+    assert str(late) in job.watcher.state.offsets
+    job.steps()
+    assert (await job.poll()) is QUIET  # the directory looked at again from the poll that read the new file
+
+
+def test_watched_directories_are_the_files_and_the_patterns_fixed_parts() -> None:
+    found = watched_directories(
+        ["/runs/a/logs/job-7-rank-%t.log", "/runs/*/logs/x.log", "/runs/b/%N/out.log", "rel.log"],
+        ["/runs/a/logs/job-7-rank-0.log", "/runs/c/logs/x.log"],
+    )
+    assert found == {"/runs/a/logs", "/runs", "/runs/b", "/runs/c/logs", "."}
 
 
 async def test_non_ascii_or_a_flood_is_read_in_full(tmp_path: Path) -> None:
