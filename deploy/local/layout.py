@@ -107,6 +107,11 @@ class LabLayout:
         """Pid file of a service `up` started: ``slurmctld``, ``slurmd-n1``, ``temporal``, ``agent-n1``, ..."""
         return self.run / f"{service}.pid"
 
+    def started(self, prefix: str) -> list[str]:
+        """The services named ``prefix...`` that have a pid file: what an earlier `up` started, whatever the
+        configuration says now (a lab brought up with ``REBOUND_LAB_NODES=5`` and taken down without it)."""
+        return sorted(p.name.removesuffix(".pid") for p in self.run.glob(f"{prefix}*.pid"))
+
     def log_file(self, service: str) -> Path:
         return self.log / f"{service}.log"
 

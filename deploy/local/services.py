@@ -195,9 +195,11 @@ class ReboundServices:
 
     def stop(self) -> None:
         # SIGTERM lets each worker shut down gracefully (a SIGKILLed worker costs the next one ~10 s per workflow).
-        pids = [p for p in (self.pid(s) for s in self.services()) if p is not None]
+        # Every agent with a pid file, not only the configured ones: an earlier `up` may have started more.
+        services = sorted({*self.services(), *self.lay.started("agent-")})
+        pids = [p for p in (self.pid(s) for s in services) if p is not None]
         kill_and_wait(pids, term_timeout_s=15)
-        for s in self.services():
+        for s in services:
             self.lay.pid_file(s).unlink(missing_ok=True)
 
 

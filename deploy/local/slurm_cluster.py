@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 from deploy.demo.ports import PORT_SLOT_ENV
@@ -234,19 +235,20 @@ class SlurmCluster:
                 run([self._bin("scancel"), "--full", "--user=root"], env=self.env(), timeout=10)
         for service in ("slurmrestd-jwt", "slurmrestd-unix"):
             self._stop(service)
-        stepds = self.node_stepds()
-        for node in self.cfg.node_names:
+        # Every node with a pid file, not only the configured ones: an earlier `up` may have started more.
+        nodes = sorted({*self.cfg.node_names, *(s.removeprefix("slurmd-") for s in self.lay.started("slurmd-"))})
+        stepds = self.node_stepds(nodes)
+        for node in nodes:
             self._stop(f"slurmd-{node}")
         # Orphaned slurmstepds (and their tasks) would collide with a later run of the same job id.
-        leftover = [p for p in self.node_stepds() + stepds]
+        leftover = [p for p in self.node_stepds(nodes) + stepds]
         if leftover:
             kill_and_wait(leftover + descendants(leftover), term_timeout_s=3)
         self._stop("slurmctld")
         self._stop("munged")
 
-    def node_stepds(self, node: str | None = None) -> list[int]:
-        """slurmstepd processes of this lab (of one node, if given): they hold the slurmd log open."""
-        nodes = [node] if node else self.cfg.node_names
+    def node_stepds(self, nodes: Sequence[str]) -> list[int]:
+        """slurmstepd processes of these nodes of this lab: they hold the slurmd log open."""
         held = pids_holding_any([self.lay.slurmd_log(n) for n in nodes])
         found: list[int] = []
         for n in nodes:
