@@ -144,6 +144,7 @@ def parse_job(item: object, *, source: str = "squeue --json") -> SlurmJob:
         state_reason="" if reason == "None" else reason,
         state_description=f.text("state_description"),
         nodes=f.hostlist("nodes"),
+        allocated_nodes=_allocated_nodes(f) if state is JobState.COMPLETING else (),
         batch_host=batch_host,
         restart_count=f.number("restart_cnt") or 0,
         requeue_allowed=f.flag("requeue"),
@@ -344,6 +345,16 @@ def expand_output_path(
     if working_directory and not os.path.isabs(result):
         result = os.path.join(working_directory, result)
     return result
+
+
+def _allocated_nodes(f: _Fields) -> tuple[str, ...]:
+    """The job's whole allocation from ``job_resources.nodes``: while a job completes, Slurm's ``nodes`` lists only
+    the nodes still completing (verified on the lab: ``nodes`` "n2", ``job_resources.nodes`` "n[1-2]"). Read for
+    COMPLETING jobs only: the parse of every job of a large listing stays as it was."""
+    resources = f.raw("job_resources")
+    if not resources:
+        return ()
+    return _Fields(resources, f.source, f"{f.what}'s job_resources").hostlist("nodes")
 
 
 class _Fields:

@@ -102,7 +102,11 @@ class SlurmJob(Frozen):
     state_description: str = ""
     """Slurm's longer explanation, when it gives one (a pending job's unavailable nodes, for example)."""
     nodes: tuple[str, ...] = ()
-    """Allocated nodes, expanded from Slurm's hostlist (``n[1-2]`` -> ``("n1", "n2")``)."""
+    """Allocated nodes, expanded from Slurm's hostlist (``n[1-2]`` -> ``("n1", "n2")``). For a COMPLETING job Slurm
+    lists only the nodes still completing here: ``allocated_nodes`` has the whole allocation."""
+    allocated_nodes: tuple[str, ...] = ()
+    """A COMPLETING job's whole allocation (``squeue --json``'s ``job_resources.nodes``); empty for every other
+    state, and when the scheduler does not say."""
     batch_host: str = ""
     restart_count: int = 0
     """Slurm's ``restart_cnt``: incremented by every requeue, already while the requeued job is COMPLETING."""

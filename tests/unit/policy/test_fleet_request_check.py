@@ -74,3 +74,17 @@ def test_a_completing_job_lists_only_its_completing_nodes_so_the_fleet_waits() -
     assert not allocation_partial(view, request("n2", job=7, user="alice"))
     ended = snapshot_with(7, "alice", ("n1", "n2"))  # FAILED: the whole allocation again
     assert not allocation_partial(view_for(ended, 7, "n1"), request("n1", job=7, user="alice"))
+
+
+def test_a_completing_job_whose_allocation_the_scheduler_gives_needs_no_wait() -> None:
+    """The lab's chaos run: n4 (the failing node) finished completing first; for 30 s the listing named n3 only,
+    and the Fleet dropped n4 from the request as "not the job's". squeue's job_resources still names both."""
+    job = SlurmJob(
+        job_id=3, name="t", user="alice", state=JobState.COMPLETING, nodes=("n3",), allocated_nodes=("n3", "n4")
+    )
+    snap = cluster(4).model_copy(update={"jobs": (job,)})
+    view = view_for(snap, 3, "n4")
+    assert view.job is not None and view.job.nodes == ("n3", "n4") and not view.job.completing
+    req = request("n4", job=3, user="alice")
+    assert not allocation_partial(view, req)
+    assert checked_request(req, view) == (req, ())

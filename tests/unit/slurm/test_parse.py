@@ -81,6 +81,14 @@ def test_requeue_while_completing() -> None:
     assert _jobs("squeue_requeue_completing.json")[7].standard_output == "/lab/jobs/slurm-7.out"  # sbatch default
 
 
+def test_a_completing_job_keeps_its_whole_allocation() -> None:
+    """Captured on the lab: a 2-node job cancelled, n1 done, n2 still completing (its task ignored SIGTERM)."""
+    [job] = _jobs("squeue_completing_partial.json").values()
+    assert (job.state, job.nodes, job.allocated_nodes) == (JobState.COMPLETING, ("n2",), ("n1", "n2"))
+    running = _jobs("squeue_requeue_completing.json")
+    assert all(j.allocated_nodes == () for j in running.values() if j.state is not JobState.COMPLETING)
+
+
 def test_nodes_mixed_drained_down() -> None:
     payload = load_payload(golden.read("sinfo.json"), source="sinfo")
     nodes = {node.name: node for node in parse_nodes(payload)}

@@ -68,8 +68,11 @@ def _allocation(snapshot: ClusterSnapshot, job_id: int) -> JobAllocation:
     job = snapshot.job(job_id)
     if job is None:
         return JobAllocation(job_id=job_id, listed=False)
-    completing = job.state is JobState.COMPLETING
-    return JobAllocation(job_id=job_id, listed=True, user=job.user, nodes=job.nodes, completing=completing)
+    # A completing job lists only its nodes still completing; where the scheduler also gives the whole
+    # allocation, that is the allocation and nothing needs to wait for the listing to fill up again.
+    completing = job.state is JobState.COMPLETING and not job.allocated_nodes
+    nodes = job.allocated_nodes or job.nodes
+    return JobAllocation(job_id=job_id, listed=True, user=job.user, nodes=nodes, completing=completing)
 
 
 def as_fleet_view(
