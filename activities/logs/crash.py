@@ -12,7 +12,11 @@ ranks keep separate state:
 
 * a traceback's source lines (the indented line after ``File "...", line N``) are code, not messages: skipped;
 * a traceback printed under ``Exception ignored in:`` (a destructor's complaint) is not the job's error: its final
-  exception line is dropped (a CUDA error there still counts: it is the device's, not the destructor's).
+  exception line is dropped (a CUDA error there still counts: it is the device's, not the destructor's);
+* once Slurm tears the step down (srun's "Job step aborted", "Terminating StepId", "forcing job termination",
+  slurmstepd's "CANCELLED AT"), srun's "task N: Killed" is that teardown's SIGKILL of a task that outlived
+  ``KillWait`` (Lightning's SLURM handler ignores SIGTERM): a victim, not a rank that died on its own. Any other
+  line of the stream (the next attempt's output) ends the teardown.
 
 What a finding carries is the row's named groups, else what the line says around them:
 
@@ -71,6 +75,15 @@ _IGNORED = re.compile(r"^Exception ignored (?:in|on calling)\b")
 # The words of every load line ``parse_checkpoint`` names a checkpoint in: a cheap test before it runs.
 _LOAD_HINT = re.compile(r"checkpoint|Resuming training from|Loading model from", re.IGNORECASE)
 _LOAD_WORDS = ("checkpoint", "resuming training from", "loading model from")  # ``_LOAD_HINT`` lower-cased
+# Slurm tearing a step down: what srun and slurmstepd print once they stop the remaining tasks.
+_TEARDOWN = re.compile(
+    r"^(?:srun|salloc|yhrun): (?:Job step aborted|forcing job termination|Force Terminated"
+    r"|(?:launch/slurm: _step_signal: )?Terminating (?:StepId=|job step ))"
+    r"|\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT "
+)
+# What srun and slurmstepd print: the lines that keep a teardown going (anything else ends it).
+_SLURM_LINE = re.compile(r"^(?:(?:srun|salloc|yhrun): |error: \*\*\* (?:JOB|STEP) )")
+_TEARDOWN_KILL = "srun_task_killed"
 _TRACEBACK_LINE = re.compile(r"^(?:\s|Traceback \(most recent call last\)|During handling|The above exception)")
 
 CrashRule = Signature
@@ -125,16 +138,19 @@ class LineRead(NamedTuple):
     """What the matched line implicates (``signatures.extract``); None without a match."""
     checkpoint: str | None = None
     """For a checkpoint load failure, the checkpoint it names or the latest one its stream said it loads."""
+    teardown_kill: bool = False
+    """srun's "Killed" for a task, read while Slurm tears the step down: the teardown's SIGKILL, a victim."""
 
 
 class _Stream:
-    """What one (file, rank) is in the middle of: a traceback's source line, an ignored exception."""
+    """What one (file, rank) is in the middle of: a traceback's source line, an ignored exception, a teardown."""
 
-    __slots__ = ("after_file_line", "checkpoint", "ignoring")
+    __slots__ = ("after_file_line", "checkpoint", "ignoring", "teardown")
 
     def __init__(self) -> None:
         self.after_file_line = False
         self.ignoring = False
+        self.teardown = False
         self.checkpoint: str | None = None
         """The checkpoint the stream's latest load line named."""
 
@@ -182,7 +198,13 @@ class LineReader:
         if _IGNORED.match(body):
             stream.ignoring = True
             return LineRead(prep, None, None)
+        if _TEARDOWN.search(body):
+            stream.teardown = True
+        elif stream.teardown and not _SLURM_LINE.match(body):
+            stream.teardown = False
         hit = match(body)
+        if hit is not None and stream.teardown and hit.signature.id == _TEARDOWN_KILL:
+            return LineRead(prep, hit, extract(hit, prep, rank=rank, host=host), teardown_kill=True)
         if stream.ignoring:
             if hit is not None and hit.category is Category.USER_EXCEPTION:
                 stream.ignoring = False
@@ -237,8 +259,8 @@ def crash_findings(line: LogLine | Line, read: LineRead) -> list[CrashFinding]:
         rule=hit.signature.id,
         kind=hit.signature.kind,
         failure_class=failure_class,
-        role=hit.role,
-        culprit=hit.role is Role.CULPRIT,
+        role=Role.VICTIM if read.teardown_kill else hit.role,
+        culprit=hit.role is Role.CULPRIT and not read.teardown_kill,
         text=_clip(strip_terminal_codes(line.text).strip()),  # evidence shows the line, not its colours
         path=line.path,
         offset=line.offset,
