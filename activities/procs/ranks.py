@@ -11,7 +11,10 @@ Rules, in order:
 
 1. Slurm's own clients (``srun``, ``salloc``, ``sbatch``, ``slurmstepd``) are never ranks.
 2. When any process on the node has ``RANK``, the ranks are torchrun-style workers: processes whose rank comes
-   only from ``SLURM_PROCID`` are launchers (torchrun, the batch script) and are dropped.
+   only from ``SLURM_PROCID`` are launchers (torchrun, the batch script) and are dropped. A per-node launcher
+   (torchrun, ``torch.distributed.run``/``launch``, ``accelerate launch``, DeepSpeed's launcher) is never a rank,
+   even before its workers start: asked then (torchrun still in its rendezvous), the node shows no rank yet and
+   the rank map looks again, rather than taking the launchers for srun-style ranks (seen on the lab).
 3. A rank's helper (a child with the parent's rank whose command line is the parent's own, i.e. a fork, or that
    names ``multiprocessing``/``compile_worker``) is dropped: the rank is its parent.
 4. Within one rank: Python processes beat others (wrappers, shells), then a leaf beats its ancestors (a launcher
@@ -21,6 +24,7 @@ Rules, in order:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 
@@ -28,12 +32,49 @@ from activities.procs.proc import JobProcess
 from activities.slurm.hostlist import HostlistError, expand
 from workflows.domain.ranks import StepLayout
 
-__all__ = ["LAUNCHER_COMMS", "choose_ranks", "parse_tasks_per_node", "step_layout"]
+__all__ = ["LAUNCHER_COMMS", "choose_ranks", "parse_tasks_per_node", "runs_node_launcher", "step_layout"]
 
 _TASKS_PER_NODE = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 _MAX_LAYOUT_NODES = 100_000
 
 LAUNCHER_COMMS = frozenset({"srun", "salloc", "sbatch", "slurmstepd"})
+#: Per-node launchers, by a program name or module among their first arguments: their workers carry ``RANK``.
+_NODE_LAUNCHERS = frozenset(
+    {
+        "torchrun",
+        "torch.distributed.run",
+        "torch.distributed.launch",
+        "deepspeed.launcher.launch",
+        "accelerate.commands.launch",
+    }
+)
+_ACCELERATE = frozenset({"accelerate", "accelerate.commands.accelerate_cli"})
+
+
+def runs_node_launcher(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` runs a per-node launcher (``torchrun ...``, ``python -m torch.distributed.run ...``,
+    ``accelerate launch ...``, ``python -m deepspeed.launcher.launch ...``): judged by the program it runs (an
+    interpreter's script or ``-m`` module), never by words later on the line."""
+    program, at = _program(argv)
+    if program in _NODE_LAUNCHERS:
+        return True
+    return program in _ACCELERATE and at + 1 < len(argv) and argv[at + 1] == "launch"
+
+
+def _program(argv: Sequence[str]) -> tuple[str, int]:
+    """The program ``argv`` runs and its index: argv[0], or for a Python interpreter its script or ``-m`` module."""
+    if not argv:
+        return "", 0
+    if not os.path.basename(argv[0]).startswith("python"):
+        return os.path.basename(argv[0]), 0
+    i = 1
+    while i < len(argv) and argv[i].startswith("-"):
+        if argv[i] == "-m":
+            return (argv[i + 1], i + 1) if i + 1 < len(argv) else ("", i)
+        i += 1
+    return (os.path.basename(argv[i]), i) if i < len(argv) else ("", i)
+
+
 _HELPER_MARKERS = ("multiprocessing", "compile_worker", "torch._inductor")
 
 
@@ -61,6 +102,10 @@ def choose_ranks(processes: Iterable[JobProcess]) -> tuple[list[JobProcess], lis
     """One process per rank, sorted by rank, plus a note for every process passed over and why."""
     notes: list[str] = []
     procs = [p for p in processes if p.stat.comm not in LAUNCHER_COMMS]
+    for p in procs:
+        if p.rank_source != "RANK" and runs_node_launcher(p.argv):
+            notes.append(f"pid {p.pid} ({p.stat.comm}): per-node launcher (SLURM_PROCID={p.rank}), not a rank")
+    procs = [p for p in procs if p.rank_source == "RANK" or not runs_node_launcher(p.argv)]
     if any(p.rank_source == "RANK" for p in procs):
         for p in procs:
             if p.rank_source != "RANK":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from activities.procs.proc import JobProcess, ProcStat
-from activities.procs.ranks import choose_ranks
+from activities.procs.ranks import choose_ranks, runs_node_launcher
 
 TRAIN = ("/venv/bin/python", "-m", "deploy.demo.train")
 
@@ -62,7 +62,35 @@ def test_torchrun_workers_with_rank_replace_the_launcher() -> None:
     workers = [proc(51 + i, 8 + i, ppid=50, source="RANK") for i in range(4)]
     procs, notes = choose_ranks([batch, torchrun, *workers])
     assert [(p.rank, p.pid) for p in procs] == [(8, 51), (9, 52), (10, 53), (11, 54)]
-    assert sum("launcher of RANK workers" in n for n in notes) == 2
+    assert sum("launcher of RANK workers" in n for n in notes) == 1  # the batch script
+    assert any(n.startswith("pid 50 (python): per-node launcher (SLURM_PROCID=1)") for n in notes)
+
+
+def test_a_launcher_whose_workers_have_not_started_is_not_a_rank() -> None:
+    """The lab's torchrun job asked 5 s after its start: torchrun was still in its rendezvous, the map read its
+    two agents as srun ranks 0@n1 1@n2, and never looked again."""
+    torchrun = proc(50, 1, argv=("/venv/bin/python", "/venv/bin/torchrun", "--nnodes=2", "train.py"))
+    procs, notes = choose_ranks([torchrun])
+    assert procs == [] and any("per-node launcher" in n for n in notes)
+
+
+def test_per_node_launchers_are_known_by_their_first_arguments() -> None:
+    for argv in [
+        ("/venv/bin/torchrun", "--nproc-per-node=4", "train.py"),
+        ("python", "-m", "torch.distributed.run", "train.py"),
+        ("python3", "-m", "torch.distributed.launch", "train.py"),
+        ("/venv/bin/python", "/venv/bin/accelerate", "launch", "train.py"),
+        ("python", "-m", "accelerate.commands.launch", "train.py"),
+        ("python", "-m", "deepspeed.launcher.launch", "--world_info=e30=", "train.py"),
+    ]:
+        assert runs_node_launcher(argv), argv
+    for argv in [
+        ("python", "train.py"),
+        ("python", "-m", "deploy.demo.train"),
+        ("python", "train.py", "--notes", "torchrun"),  # a word later on the line is an argument, not the program
+        ("/venv/bin/accelerate", "env"),
+    ]:
+        assert not runs_node_launcher(argv), argv
 
 
 def test_forked_and_multiprocessing_helpers_are_not_ranks() -> None:
