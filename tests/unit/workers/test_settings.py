@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,14 @@ from pydantic import ValidationError
 
 from workers.client import tls_config
 from workers.settings import SchedulerBackend, Settings
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test sets what it reads: a shell that sourced a lab's env (``eval "$(rebound lab env)"``) exports
+    ``REBOUND_CLUSTER_NAME``, ``REBOUND_CONFIG`` and more, which would outrank the values under test."""
+    for name in [n for n in os.environ if n.startswith("REBOUND_")]:
+        monkeypatch.delenv(name)
 
 
 def test_defaults_match_the_lab() -> None:
