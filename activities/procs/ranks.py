@@ -102,10 +102,9 @@ def choose_ranks(processes: Iterable[JobProcess]) -> tuple[list[JobProcess], lis
     """One process per rank, sorted by rank, plus a note for every process passed over and why."""
     notes: list[str] = []
     procs = [p for p in processes if p.stat.comm not in LAUNCHER_COMMS]
-    for p in procs:
-        if p.rank_source != "RANK" and runs_node_launcher(p.argv):
-            notes.append(f"pid {p.pid} ({p.stat.comm}): per-node launcher (SLURM_PROCID={p.rank}), not a rank")
-    procs = [p for p in procs if p.rank_source == "RANK" or not runs_node_launcher(p.argv)]
+    launchers = [p for p in procs if p.rank_source != "RANK" and runs_node_launcher(p.argv)]
+    notes += [f"pid {p.pid} ({p.stat.comm}): per-node launcher (SLURM_PROCID={p.rank}), not a rank" for p in launchers]
+    procs = [p for p in procs if p.pid not in {q.pid for q in launchers}]
     if any(p.rank_source == "RANK" for p in procs):
         for p in procs:
             if p.rank_source != "RANK":

@@ -33,8 +33,7 @@ from datetime import UTC, datetime
 
 from activities.slurm.errors import bad_response, raise_for_api_errors
 from activities.slurm.gres import gpu_count, job_gpus_per_node
-from activities.slurm.hostlist import HostlistError, expand
-from workflows.domain.errors import ReboundError
+from activities.slurm.json_fields import JsonFields, plain_number
 from workflows.domain.slurm import JobState, NodeBaseState, SlurmJob, SlurmNode
 from workflows.domain.submission import SubmissionOptions, SubmittedJob
 
@@ -102,7 +101,7 @@ def parse_job(item: object, *, source: str = "squeue --json") -> SlurmJob:
         ReboundError: ``SCHEDULER_BAD_RESPONSE`` when the entry is not an object, has no integer ``job_id``,
             or a field has a type Slurm never uses for it.
     """
-    f = _Fields(item, source, "job")
+    f = JsonFields(item, source, "job")
     job_id = f.number("job_id")
     if job_id is None:
         raise _bad(source, "a job has no 'job_id'")
@@ -144,7 +143,9 @@ def parse_job(item: object, *, source: str = "squeue --json") -> SlurmJob:
         state_reason="" if reason == "None" else reason,
         state_description=f.text("state_description"),
         nodes=f.hostlist("nodes"),
-        allocated_nodes=_allocated_nodes(f) if state is JobState.COMPLETING else (),
+        # While a job completes, ``nodes`` lists only the nodes still completing (lab: "n2" of "n[1-2]"); read for
+        # COMPLETING jobs only, so a large listing's parse costs no more.
+        allocated_nodes=f.hostlist("job_resources.nodes") if state is JobState.COMPLETING else (),
         batch_host=batch_host,
         restart_count=f.number("restart_cnt") or 0,
         requeue_allowed=f.flag("requeue"),
@@ -180,7 +181,7 @@ def parse_submission(item: object, *, source: str = "squeue --json") -> Submitte
     Raises:
         ReboundError: ``SCHEDULER_BAD_RESPONSE`` as for ``parse_job``, and for a job without owner or directory.
     """
-    f = _Fields(item, source, "job")
+    f = JsonFields(item, source, "job")
     job_id = f.number("job_id")
     uid, gid, cwd = _uid(f.number("user_id")), _uid(f.number("group_id")), f.text("current_working_directory")
     if job_id is None or uid is None or gid is None or not cwd:
@@ -222,7 +223,7 @@ def parse_node(item: object, *, source: str = "sinfo --json") -> SlurmNode:
         ReboundError: ``SCHEDULER_BAD_RESPONSE`` when the entry is not an object, has no ``name``, or a field
             has a type Slurm never uses for it.
     """
-    f = _Fields(item, source, "node")
+    f = JsonFields(item, source, "node")
     name = f.text("name")
     if not name:
         raise _bad(source, "a node has no 'name'")
@@ -287,10 +288,10 @@ def decode_exit_status(raw: object) -> tuple[int | None, int | None]:
         return (None, signal) if signal else ((raw >> 8) & 0xFF, None)
     if isinstance(raw, Mapping):
         signal_info = raw.get("signal")
-        signal_id = _plain_number(signal_info.get("id")) if isinstance(signal_info, Mapping) else None
+        signal_id = plain_number(signal_info.get("id")) if isinstance(signal_info, Mapping) else None
         if signal_id:
             return None, signal_id
-        return _plain_number(raw.get("return_code")), None
+        return plain_number(raw.get("return_code")), None
     return None, None
 
 
@@ -347,95 +348,8 @@ def expand_output_path(
     return result
 
 
-def _allocated_nodes(f: _Fields) -> tuple[str, ...]:
-    """The job's whole allocation from ``job_resources.nodes``: while a job completes, Slurm's ``nodes`` lists only
-    the nodes still completing (verified on the lab: ``nodes`` "n2", ``job_resources.nodes`` "n[1-2]"). Read for
-    COMPLETING jobs only: the parse of every job of a large listing stays as it was."""
-    resources = f.raw("job_resources")
-    if not resources:
-        return ()
-    return _Fields(resources, f.source, f"{f.what}'s job_resources").hostlist("nodes")
-
-
-class _Fields:
-    """Typed access to one JSON object's fields; a wrong type raises ``SCHEDULER_BAD_RESPONSE`` naming the field."""
-
-    def __init__(self, item: object, source: str, what: str) -> None:
-        if not isinstance(item, Mapping):
-            raise _bad(source, f"a {what} entry is {type(item).__name__}, not an object")
-        self.item: Mapping[str, object] = item
-        self.source = source
-        self.what = what
-
-    def raw(self, key: str) -> object:
-        return self.item.get(key)
-
-    def text(self, key: str) -> str:
-        value = self.item.get(key)
-        if value is None:
-            return ""
-        if not isinstance(value, str):
-            raise self._wrong(key, value, "a string")
-        return value
-
-    def texts(self, key: str) -> tuple[str, ...]:
-        value = self.item.get(key)
-        if value is None:
-            return ()
-        if isinstance(value, str):  # some Slurm versions join lists with commas
-            return tuple(v for v in value.split(",") if v)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self._wrong(key, value, "a list of strings")
-        return tuple(value)
-
-    def number(self, key: str) -> int | None:
-        value = self.item.get(key)
-        if value is None:
-            return None
-        number = _plain_number(value)
-        if number is None and not _is_unset_number(value):
-            raise self._wrong(key, value, "an integer")
-        return number
-
-    def flag(self, key: str) -> bool:
-        value = self.item.get(key)
-        if value is None:
-            return False
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int):
-            return value != 0
-        raise self._wrong(key, value, "a boolean")
-
-    def hostlist(self, key: str) -> tuple[str, ...]:
-        try:
-            return expand(self.text(key))
-        except HostlistError as e:
-            raise _bad(self.source, f"{self.what}: '{key}' is not a hostlist: {e}") from e
-
-    def _wrong(self, key: str, value: object, expected: str) -> ReboundError:
-        return _bad(self.source, f"{self.what}: '{key}' should be {expected}, got {value!r:.80}")
-
-
-def _plain_number(value: object) -> int | None:
-    """An int, or the ``number`` of a set ``{"set": true, "infinite": false, "number": n}`` (v0.0.39+)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, Mapping) and value.get("set", True) and not value.get("infinite", False):
-        return _plain_number(value.get("number"))
-    return None
-
-
 def _uid(value: int | None) -> int | None:
     return value if value is not None and 0 <= value < _NO_UID else None
-
-
-def _is_unset_number(value: object) -> bool:
-    return isinstance(value, Mapping) and (not value.get("set", True) or bool(value.get("infinite", False)))
 
 
 def _words(value: object) -> list[str]:
